@@ -1,0 +1,2 @@
+//! Automatic parallelism tuning (APT), sans-I/O, with a flow simulation bench.
+#![forbid(unsafe_code)]

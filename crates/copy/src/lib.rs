@@ -1,0 +1,1 @@
+//! Copy engine behind `wanblk copy`.

@@ -1,0 +1,1 @@
+//! iSCSI initiator endpoint over tokio.

@@ -1,0 +1,1 @@
+//! NBD over tokio: the client endpoint and the server front end.

@@ -1,0 +1,1 @@
+//! WAN emulator driver: network namespaces, veth, NFQUEUE loop.

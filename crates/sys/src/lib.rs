@@ -1,0 +1,11 @@
+//! All of wanblk's platform-specific (unsafe) code, in one place.
+//!
+//! Everything else in the workspace is safe Rust and builds and tests without
+//! privileges. Each `unsafe` block here carries a `// SAFETY:` comment that
+//! states why the call is sound.
+//!
+//! - [`tcp`]: `TCP_INFO`, congestion control and pacing socket options.
+//! - [`process`]: signals to child processes.
+
+pub mod process;
+pub mod tcp;

@@ -1,0 +1,181 @@
+//! Test support shared by the integration tests: start real peers (nbdkit,
+//! qemu-nbd, nbd-server, tgtd, iperf3...), wait for them to listen, and stop
+//! them by PID when the guard drops, even when the test fails.
+//!
+//! Missing tools are a test failure with a message naming the package to
+//! install, never a silent skip: the README's test command installs them.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) by PID
+/// when the guard drops.
+#[derive(Debug)]
+pub struct Peer {
+    child: Option<Child>,
+    name: String,
+}
+
+impl Peer {
+    /// Spawns `cmd` with stdin closed and output inherited (visible with `--nocapture`).
+    ///
+    /// # Panics
+    /// If the program cannot be started.
+    pub fn spawn(name: &str, cmd: &mut Command) -> Peer {
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        Peer { child: Some(child), name: name.to_string() }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// Returns the exit status if the process has already ended.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Stops the process now (SIGTERM, then SIGKILL after 5 s) and reaps it.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        signal(child.id(), wanblk_sys::process::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("testkit: {} (pid {}) ignored SIGTERM, killing", self.name, child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    let _ = wanblk_sys::process::signal(pid, sig);
+}
+
+/// Panics with an install hint unless `tool` is on `PATH`.
+pub fn require_tool(tool: &str, package: &str) -> PathBuf {
+    which(tool).unwrap_or_else(|| {
+        panic!("{tool} is not installed: run the README's test command, or `apt-get install -y {package}`")
+    })
+}
+
+/// Finds `tool` on `PATH` (and the sbin directories, where tgtd lives).
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].iter().map(PathBuf::from))
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind port 0")
+}
+
+/// Waits until something accepts TCP connections at `addr`.
+///
+/// # Panics
+/// After `timeout`.
+pub fn wait_for_tcp(addr: SocketAddr, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens at {addr} after {timeout:?}");
+}
+
+/// Waits until `path` exists (a Unix socket or a pid file).
+///
+/// # Panics
+/// After `timeout`.
+pub fn wait_for_path(path: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} did not appear after {timeout:?}", path.display());
+}
+
+/// A fresh temporary directory, removed on drop.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("wanblk-test-").tempdir().expect("create temp dir")
+}
+
+/// Writes `size` bytes of pseudo-random data (deterministic for `seed`) to
+/// `path` and returns their sha256 in hex.
+pub fn random_file(path: &Path, size: u64, seed: u64) -> io::Result<String> {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut f = io::BufWriter::with_capacity(1 << 20, File::create(path)?);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        h.update(&buf[..n]);
+        f.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    f.flush()?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The sha256 of a file's contents, in hex.
+pub fn sha256_file(path: &Path) -> io::Result<String> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Runs a command to completion and returns its stdout, panicking with its
+/// stderr if it fails.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed with {}:\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub(crate) mod copy;
+pub(crate) mod netem;
+pub(crate) mod target;
