@@ -6,6 +6,8 @@
 //!
 //! - [`tcp`]: `TCP_INFO`, congestion control and pacing socket options.
 //! - [`process`]: signals to child processes.
+//! - [`file`]: block device size, hole punching, zeroing, SEEK_DATA/SEEK_HOLE.
 
+pub mod file;
 pub mod process;
 pub mod tcp;
