@@ -7,6 +7,7 @@
 //! goodput of completed requests.
 
 pub mod endpoint;
+pub mod local;
 
 pub use endpoint::{
     BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,

@@ -110,6 +110,12 @@ pub fn seek_data_or_hole(f: &File, offset: u64, what: Seek) -> io::Result<Option
     Ok(Some(rc as u64))
 }
 
+/// True when `e` says the file system or device lacks the operation
+/// (`EOPNOTSUPP`, `ENOTTY`, `EINVAL`), so the caller may fall back.
+pub fn is_unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
