@@ -196,7 +196,12 @@ pub trait Endpoint: Send + Sync {
     /// `offset+len` (the caller asks again) but never after it. Endpoints
     /// without block status return one data extent covering the range.
     async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
-        Ok(vec![Extent { offset, length: len.min(self.size().saturating_sub(offset)), hole: false, zero: false }])
+        Ok(vec![Extent {
+            offset,
+            length: len.min(self.size().saturating_sub(offset)),
+            hole: false,
+            zero: false,
+        }])
     }
 
     /// Ends the session cleanly (NBD_CMD_DISC, iSCSI logout) after the

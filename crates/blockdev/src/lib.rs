@@ -8,6 +8,7 @@
 
 pub mod endpoint;
 pub mod local;
+pub mod pool;
 
 pub use endpoint::{
     BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,

@@ -118,13 +118,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     // is a writable buffer of `len` bytes and `len` points to its size, as
     // getsockopt requires. The kernel writes at most `len` bytes.
     let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
+        libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());

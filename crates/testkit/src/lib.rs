@@ -28,10 +28,8 @@ impl Peer {
     /// # Panics
     /// If the program cannot be started.
     pub fn spawn(name: &str, cmd: &mut Command) -> Peer {
-        let child = cmd
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        let child =
+            cmd.stdin(Stdio::null()).spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
         Peer { child: Some(child), name: name.to_string() }
     }
 

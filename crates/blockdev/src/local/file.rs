@@ -70,7 +70,14 @@ impl FileEndpoint {
         } else {
             return Err(EndpointError::config(&name, None, "not a regular file or block device"));
         };
-        Ok(FileEndpoint { name, path: path.to_path_buf(), file: Arc::new(file), size, writable, block_device })
+        Ok(FileEndpoint {
+            name,
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            size,
+            writable,
+            block_device,
+        })
     }
 
     /// The path this endpoint was opened from.
@@ -92,7 +99,11 @@ impl FileEndpoint {
     }
 
     fn check_writable(&self, offset: u64) -> Result<()> {
-        if self.writable { Ok(()) } else { Err(EndpointError::config(&self.name, Some(offset), "opened read-only")) }
+        if self.writable {
+            Ok(())
+        } else {
+            Err(EndpointError::config(&self.name, Some(offset), "opened read-only"))
+        }
     }
 
     /// Runs blocking file work on tokio's blocking pool, mapping I/O errors

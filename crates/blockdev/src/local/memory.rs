@@ -35,8 +35,11 @@ pub struct MemoryEndpoint {
     name: String,
     size: u64,
     fill: Fill,
-    shards: Box<[Mutex<HashMap<u64, Box<[u8]>>>]>,
+    shards: Box<[Mutex<Pages>]>,
 }
+
+/// Written pages of one shard, by page index.
+type Pages = HashMap<u64, Box<[u8]>>;
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -93,7 +96,7 @@ impl MemoryEndpoint {
         self.shards.iter().map(|s| lock(s).len() as u64 * PAGE).sum()
     }
 
-    fn shard(&self, page: u64) -> &Mutex<HashMap<u64, Box<[u8]>>> {
+    fn shard(&self, page: u64) -> &Mutex<Pages> {
         &self.shards[(page % SHARDS as u64) as usize]
     }
 

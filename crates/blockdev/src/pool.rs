@@ -1,0 +1,681 @@
+//! The session pool: the block device layer of seed 000, section 4.
+//!
+//! A [`Pool`] keeps up to `max_sessions` sessions open to one store and
+//! carries block I/O over the *active* ones. It is itself an [`Endpoint`]:
+//! callers read and write ranges of any size; the pool splits them into
+//! chunks of `request_size` bytes and queues the chunks on one shared work
+//! queue. Every active session runs `depth` workers, and a worker takes the
+//! next chunk as soon as it is free (*work pulling*), so a slow or stalled
+//! connection only holds the chunks it already took, never a fixed stripe of
+//! the address space as RAID-0 striping would.
+//!
+//! The number of active sessions can change at any time ([`Pool::set_active`]):
+//! sessions beyond it stay connected but idle, and a deactivated session
+//! finishes the requests it already took before it idles. More sessions are
+//! opened lazily when the active count grows past the open ones.
+//!
+//! A session whose connection fails (an I/O error, not a protocol or server
+//! error) is retired; its chunk is requeued for the others and a replacement
+//! session is opened, a bounded number of times. Goodput is measured from
+//! completions: [`Pool::completed_bytes`] counts payload bytes of finished
+//! reads and writes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{Notify, oneshot, watch};
+
+use crate::endpoint::{Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo};
+
+/// How a [`Pool`] is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Sessions active at start (and opened at start).
+    pub initial_sessions: usize,
+    /// Most sessions the pool will ever open.
+    pub max_sessions: usize,
+    /// Requests in flight per session.
+    pub depth: usize,
+    /// Bytes per chunk (the size of one request on the wire).
+    pub request_size: u32,
+    /// Replacement sessions the pool may open after connection failures.
+    pub max_reconnects: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            initial_sessions: 1,
+            max_sessions: 64,
+            depth: 4,
+            request_size: 4 << 20,
+            max_reconnects: 8,
+        }
+    }
+}
+
+/// A snapshot of the pool's sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// Payload bytes of completed reads and writes since the pool opened.
+    pub completed_bytes: u64,
+    /// Sessions the pool is asked to keep active.
+    pub active: usize,
+    /// Sessions open (active or idle), not counting failed ones.
+    pub open: usize,
+    /// Chunks waiting in the queue.
+    pub queued: usize,
+    /// Chunks in flight on sessions.
+    pub in_flight: usize,
+    /// Sessions retired after a connection failure.
+    pub failed_sessions: usize,
+}
+
+/// One chunk of work and where its result goes.
+struct Job {
+    op: Op,
+    reply: oneshot::Sender<Result<Done>>,
+    attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Read { offset: u64, len: u32 },
+    Write { offset: u64, data: Bytes, fua: bool },
+    Zero { offset: u64, len: u64, may_trim: bool },
+    Trim { offset: u64, len: u64 },
+    Flush,
+    BlockStatus { offset: u64, len: u64 },
+}
+
+impl Op {
+    fn offset(&self) -> Option<u64> {
+        match self {
+            Op::Read { offset, .. }
+            | Op::Write { offset, .. }
+            | Op::Zero { offset, .. }
+            | Op::Trim { offset, .. }
+            | Op::BlockStatus { offset, .. } => Some(*offset),
+            Op::Flush => None,
+        }
+    }
+}
+
+enum Done {
+    Data(Bytes),
+    Unit,
+    Extents(Vec<Extent>),
+}
+
+struct Session {
+    index: usize,
+    endpoint: Arc<dyn Endpoint>,
+    /// Takes new chunks (one of the first `active` alive sessions).
+    active: AtomicBool,
+    /// Connection failed; workers have exited or will.
+    failed: AtomicBool,
+    in_flight: AtomicUsize,
+    completed_bytes: AtomicU64,
+}
+
+struct Shared {
+    name: String,
+    connector: Arc<dyn Connector>,
+    config: PoolConfig,
+    max_sessions: usize,
+    queue: Mutex<VecDeque<Job>>,
+    queue_ready: Notify,
+    sessions: Mutex<Vec<Arc<Session>>>,
+    /// Bumped whenever session roles change; workers wait on it while idle.
+    roles: watch::Sender<u64>,
+    want_active: AtomicUsize,
+    connecting: AtomicUsize,
+    completed_bytes: AtomicU64,
+    closed: AtomicBool,
+    notes: Mutex<Vec<String>>,
+}
+
+/// The block device layer over N parallel sessions. See the module docs.
+pub struct Pool {
+    shared: Arc<Shared>,
+    size: u64,
+    caps: Capabilities,
+    request_size: u32,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("name", &self.shared.name).field("stats", &self.stats()).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    /// Opens the first session, reads the store's size and capabilities, and
+    /// opens the rest of `config.initial_sessions` in parallel.
+    ///
+    /// If the store does not allow several consistent sessions
+    /// (`can_multi_conn` false) the pool keeps one and records a note.
+    ///
+    /// # Errors
+    /// The first session's connection error, or a bad configuration.
+    pub async fn open(connector: Arc<dyn Connector>, config: PoolConfig) -> Result<Pool> {
+        let name = connector.name().to_string();
+        if config.depth == 0 || config.request_size == 0 || config.max_sessions == 0 {
+            return Err(EndpointError::config(
+                &name,
+                None,
+                "depth, request size and sessions must be at least 1",
+            ));
+        }
+        let first = connector.connect().await?;
+        let session_caps = first.capabilities();
+        let mut notes = Vec::new();
+        let mut max_sessions = config.max_sessions;
+        if let Some(limit) = connector.max_sessions().filter(|l| *l < max_sessions) {
+            notes.push(format!("{name}: the store accepts at most {limit} sessions"));
+            max_sessions = limit.max(1);
+        }
+        if !session_caps.can_multi_conn && max_sessions > 1 {
+            notes.push(format!(
+                "{name}: the server does not advertise multi-connection consistency (CAN_MULTI_CONN); using 1 session"
+            ));
+            max_sessions = 1;
+        }
+        let bs = session_caps.block_sizes;
+        let min = bs.minimum.max(1);
+        let mut request_size = config.request_size.min(bs.maximum.max(min));
+        request_size -= request_size % min;
+        if request_size == 0 {
+            request_size = min;
+        }
+        if request_size != config.request_size {
+            notes.push(format!(
+                "{name}: request size {} adjusted to {request_size} to fit the server's block sizes",
+                config.request_size
+            ));
+        }
+        let mut caps = session_caps;
+        caps.block_sizes.maximum = (1u32 << 30) - (1u32 << 30) % min;
+        caps.block_sizes.preferred = request_size.max(bs.preferred);
+        let size = first.size();
+        let (roles, _) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            name,
+            connector,
+            config: PoolConfig { request_size, ..config },
+            max_sessions,
+            queue: Mutex::new(VecDeque::new()),
+            queue_ready: Notify::new(),
+            sessions: Mutex::new(Vec::new()),
+            roles,
+            want_active: AtomicUsize::new(config.initial_sessions.clamp(1, max_sessions)),
+            connecting: AtomicUsize::new(0),
+            completed_bytes: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            notes: Mutex::new(notes),
+        });
+        Shared::add_session(&shared, first);
+        let pool = Pool { shared, size, caps, request_size };
+        // Open the other initial sessions now, in parallel, and wait for them
+        // so a fixed-N run starts with all N.
+        let want = pool.shared.want_active.load(Ordering::SeqCst);
+        let opens = (1..want).map(|_| pool.shared.connector.connect());
+        for r in futures::future::join_all(opens).await {
+            match r {
+                Ok(ep) => Shared::add_session(&pool.shared, ep),
+                Err(e) => pool.shared.note(format!("could not open an extra session: {e}")),
+            }
+        }
+        pool.shared.rebalance();
+        Ok(pool)
+    }
+
+    /// Sets the number of active sessions (clamped to `1..=max_sessions`),
+    /// opening new sessions in the background when needed. Returns the
+    /// clamped value.
+    pub fn set_active(&self, n: usize) -> usize {
+        let n = n.clamp(1, self.shared.max_sessions);
+        self.shared.want_active.store(n, Ordering::SeqCst);
+        self.shared.rebalance();
+        n
+    }
+
+    /// The active session count asked for (sessions still opening included).
+    pub fn active(&self) -> usize {
+        self.shared.want_active.load(Ordering::SeqCst)
+    }
+
+    /// Most sessions this pool may open (after the store's limits).
+    pub fn max_sessions(&self) -> usize {
+        self.shared.max_sessions
+    }
+
+    /// Bytes per chunk on the wire.
+    pub fn request_size(&self) -> u32 {
+        self.request_size
+    }
+
+    /// Requests the pool can have in flight right now (active sessions x depth):
+    /// how many chunks a caller should keep queued to keep every slot busy.
+    pub fn slots(&self) -> usize {
+        self.active() * self.shared.config.depth
+    }
+
+    /// Payload bytes of completed reads and writes (goodput numerator).
+    pub fn completed_bytes(&self) -> u64 {
+        self.shared.completed_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Notes about adjustments the pool made (clamped sessions, request size...).
+    pub fn notes(&self) -> Vec<String> {
+        lock(&self.shared.notes).clone()
+    }
+
+    /// A snapshot of the pool's state.
+    pub fn stats(&self) -> PoolStats {
+        let sessions = lock(&self.shared.sessions);
+        PoolStats {
+            completed_bytes: self.completed_bytes(),
+            active: self.active(),
+            open: sessions.iter().filter(|s| !s.failed.load(Ordering::Relaxed)).count(),
+            queued: lock(&self.shared.queue).len(),
+            in_flight: sessions.iter().map(|s| s.in_flight.load(Ordering::Relaxed)).sum(),
+            failed_sessions: sessions.iter().filter(|s| s.failed.load(Ordering::Relaxed)).count(),
+        }
+    }
+
+    /// TCP_INFO of every open session, with its index and whether it is active.
+    pub fn session_tcp_info(&self) -> Vec<(usize, bool, Vec<TcpInfo>)> {
+        let sessions: Vec<_> = lock(&self.shared.sessions).clone();
+        sessions
+            .iter()
+            .filter(|s| !s.failed.load(Ordering::Relaxed))
+            .map(|s| (s.index, s.active.load(Ordering::Relaxed), s.endpoint.tcp_info()))
+            .collect()
+    }
+
+    /// Completed payload bytes per open session, by index.
+    pub fn session_completed_bytes(&self) -> Vec<(usize, u64)> {
+        lock(&self.shared.sessions)
+            .iter()
+            .map(|s| (s.index, s.completed_bytes.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    async fn submit(&self, op: Op) -> Result<Done> {
+        let (tx, rx) = oneshot::channel();
+        self.shared.push(Job { op, reply: tx, attempts: 0 }, false);
+        rx.await
+            .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
+    }
+
+    /// Splits `[offset, offset+len)` into request-size chunks.
+    fn chunks(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> + use<> {
+        let rs = u64::from(self.request_size);
+        let end = offset + len;
+        let mut pos = offset;
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
+            let n = (end - pos).min(rs);
+            let r = (pos, n);
+            pos += n;
+            Some(r)
+        })
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(EndpointError::config(
+                &self.shared.name,
+                Some(offset),
+                format!("request of {len} bytes is beyond the end of the store ({} bytes)", self.size),
+            )),
+        }
+    }
+}
+
+impl Shared {
+    fn note(&self, s: String) {
+        tracing::warn!("{s}");
+        lock(&self.notes).push(s);
+    }
+
+    fn push(&self, job: Job, front: bool) {
+        {
+            let mut q = lock(&self.queue);
+            if front { q.push_front(job) } else { q.push_back(job) }
+        }
+        self.queue_ready.notify_one();
+    }
+
+    async fn pop(&self) -> Option<Job> {
+        loop {
+            let notified = self.queue_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(j) = lock(&self.queue).pop_front() {
+                return Some(j);
+            }
+            if self.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            notified.await;
+        }
+    }
+
+    fn add_session(this: &Arc<Shared>, endpoint: Arc<dyn Endpoint>) {
+        let session = {
+            let mut sessions = lock(&this.sessions);
+            let s = Arc::new(Session {
+                index: sessions.len(),
+                endpoint,
+                active: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+                completed_bytes: AtomicU64::new(0),
+            });
+            sessions.push(Arc::clone(&s));
+            s
+        };
+        for _ in 0..this.config.depth {
+            tokio::spawn(worker(Arc::clone(this), Arc::clone(&session)));
+        }
+    }
+
+    /// Marks the first `want_active` healthy sessions active and the rest
+    /// idle, and opens more sessions when there are too few.
+    fn rebalance(self: &Arc<Self>) {
+        let want = self.want_active.load(Ordering::SeqCst);
+        let (healthy, failed) = {
+            let sessions = lock(&self.sessions);
+            let mut n = 0;
+            for s in sessions.iter() {
+                let ok = !s.failed.load(Ordering::SeqCst);
+                s.active.store(ok && n < want, Ordering::SeqCst);
+                if ok {
+                    n += 1;
+                }
+            }
+            (n, sessions.len() - n)
+        };
+        self.roles.send_modify(|g| *g += 1);
+        self.queue_ready.notify_waiters();
+        if failed > self.config.max_reconnects {
+            // Connections keep failing: serve with what is left, open no more.
+            if healthy == 0 {
+                self.fail_all(EndpointError::io(
+                    &self.name,
+                    None,
+                    format!(
+                        "{failed} sessions failed; giving up after {} reconnects",
+                        self.config.max_reconnects
+                    ),
+                ));
+            }
+            return;
+        }
+        let connecting = self.connecting.load(Ordering::SeqCst);
+        let missing = want.saturating_sub(healthy + connecting);
+        for _ in 0..missing {
+            if self.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            self.connecting.fetch_add(1, Ordering::SeqCst);
+            let this = Arc::clone(self);
+            tokio::spawn(async move {
+                let r = this.connector.connect().await;
+                this.connecting.fetch_sub(1, Ordering::SeqCst);
+                match r {
+                    Ok(ep) if !this.closed.load(Ordering::SeqCst) => {
+                        Shared::add_session(&this, ep);
+                        this.rebalance();
+                    }
+                    Ok(ep) => {
+                        let _ = ep.close().await;
+                    }
+                    Err(e) => {
+                        // Keep what is open; settle the target to what we have.
+                        this.note(format!("could not open another session: {e}"));
+                        let healthy =
+                            lock(&this.sessions).iter().filter(|s| !s.failed.load(Ordering::SeqCst)).count();
+                        let settle = healthy.max(1);
+                        if this.want_active.load(Ordering::SeqCst) > settle && healthy > 0 {
+                            this.want_active.store(settle, Ordering::SeqCst);
+                            this.rebalance();
+                        } else if healthy == 0 {
+                            this.fail_all(e);
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// No session can serve anymore: fail everything queued.
+    fn fail_all(&self, err: EndpointError) {
+        let jobs: Vec<Job> = lock(&self.queue).drain(..).collect();
+        for j in jobs {
+            let e = match j.op.offset() {
+                Some(o) => err.clone().at(o),
+                None => err.clone(),
+            };
+            let _ = j.reply.send(Err(e));
+        }
+    }
+
+    /// A session's connection failed while it carried `job`.
+    fn session_failed(self: &Arc<Self>, session: &Session, job: Job, err: EndpointError) {
+        if !session.failed.swap(true, Ordering::SeqCst) {
+            self.note(format!("session {} failed: {err}", session.index));
+            let ep = Arc::clone(&session.endpoint);
+            tokio::spawn(async move {
+                let _ = ep.close().await;
+            });
+        }
+        let (healthy, failed) = {
+            let sessions = lock(&self.sessions);
+            let healthy = sessions.iter().filter(|s| !s.failed.load(Ordering::SeqCst)).count();
+            (healthy, sessions.len() - healthy)
+        };
+        let give_up = healthy == 0 && failed > self.config.max_reconnects;
+        if job.attempts >= 2 || give_up {
+            let _ = job.reply.send(Err(err.clone()));
+            if give_up {
+                self.fail_all(err);
+            }
+            return;
+        }
+        self.push(Job { attempts: job.attempts + 1, ..job }, true);
+        self.rebalance();
+    }
+}
+
+/// One request slot of one session: pulls chunks while the session is active.
+async fn worker(shared: Arc<Shared>, session: Arc<Session>) {
+    let mut roles = shared.roles.subscribe();
+    loop {
+        if shared.closed.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if !session.active.load(Ordering::SeqCst) {
+            if roles.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let job = tokio::select! {
+            j = shared.pop() => match j { Some(j) => j, None => return },
+            r = roles.changed() => { if r.is_err() { return } continue }
+        };
+        if !session.active.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
+            shared.push(job, true);
+            continue;
+        }
+        session.in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = execute(&*session.endpoint, &job.op).await;
+        session.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
+                shared.session_failed(&session, job, e);
+                return;
+            }
+            r => {
+                if r.is_ok() {
+                    let n = match &job.op {
+                        Op::Read { len, .. } => u64::from(*len),
+                        Op::Write { data, .. } => data.len() as u64,
+                        _ => 0,
+                    };
+                    session.completed_bytes.fetch_add(n, Ordering::Relaxed);
+                    shared.completed_bytes.fetch_add(n, Ordering::Relaxed);
+                }
+                let _ = job.reply.send(r);
+            }
+        }
+    }
+}
+
+async fn execute(ep: &dyn Endpoint, op: &Op) -> Result<Done> {
+    Ok(match op {
+        Op::Read { offset, len } => Done::Data(ep.read(*offset, *len).await?),
+        Op::Write { offset, data, fua } => {
+            ep.write(*offset, data.clone(), *fua).await?;
+            Done::Unit
+        }
+        Op::Zero { offset, len, may_trim } => {
+            ep.write_zeroes(*offset, *len, *may_trim).await?;
+            Done::Unit
+        }
+        Op::Trim { offset, len } => {
+            ep.trim(*offset, *len).await?;
+            Done::Unit
+        }
+        Op::Flush => {
+            ep.flush().await?;
+            Done::Unit
+        }
+        Op::BlockStatus { offset, len } => Done::Extents(ep.block_status(*offset, *len).await?),
+    })
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Let idle workers exit; sessions close when their last Arc drops.
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.roles.send_modify(|g| *g += 1);
+        self.shared.queue_ready.notify_waiters();
+    }
+}
+
+fn unexpected(name: &str) -> EndpointError {
+    EndpointError::io(name, None, "internal error: unexpected completion kind")
+}
+
+#[async_trait]
+impl Endpoint for Pool {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.check(offset, len.into())?;
+        let parts = futures::future::try_join_all(
+            self.chunks(offset, len.into()).map(|(o, n)| self.submit(Op::Read { offset: o, len: n as u32 })),
+        )
+        .await?;
+        let mut parts = parts.into_iter().map(|d| match d {
+            Done::Data(b) => Ok(b),
+            _ => Err(unexpected(&self.shared.name)),
+        });
+        if parts.len() == 1 {
+            return parts.next().unwrap_or_else(|| Err(unexpected(&self.shared.name)));
+        }
+        let mut out = BytesMut::with_capacity(len as usize);
+        for p in parts {
+            out.extend_from_slice(&p?);
+        }
+        Ok(out.freeze())
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        self.check(offset, data.len() as u64)?;
+        futures::future::try_join_all(self.chunks(offset, data.len() as u64).map(|(o, n)| {
+            let piece = data.slice((o - offset) as usize..(o - offset + n) as usize);
+            self.submit(Op::Write { offset: o, data: piece, fua })
+        }))
+        .await?;
+        Ok(())
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
+        self.check(offset, len)?;
+        // Zeroing moves no payload: larger pieces are fine, but still bounded
+        // so a huge request does not occupy one session for long.
+        let piece = u64::from(self.request_size).max(64 << 20);
+        let mut jobs = Vec::new();
+        let mut pos = offset;
+        while pos < offset + len {
+            let n = (offset + len - pos).min(piece);
+            jobs.push(self.submit(Op::Zero { offset: pos, len: n, may_trim }));
+            pos += n;
+        }
+        futures::future::try_join_all(jobs).await?;
+        Ok(())
+    }
+
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.check(offset, len)?;
+        self.submit(Op::Trim { offset, len }).await?;
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.submit(Op::Flush).await?;
+        Ok(())
+    }
+
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.check(offset, len)?;
+        match self.submit(Op::BlockStatus { offset, len }).await? {
+            Done::Extents(e) => Ok(e),
+            _ => Err(unexpected(&self.shared.name)),
+        }
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.roles.send_modify(|g| *g += 1);
+        self.shared.queue_ready.notify_waiters();
+        let sessions: Vec<_> = lock(&self.shared.sessions).clone();
+        let results = futures::future::join_all(
+            sessions.iter().filter(|s| !s.failed.load(Ordering::SeqCst)).map(|s| {
+                let ep = Arc::clone(&s.endpoint);
+                async move { ep.close().await }
+            }),
+        )
+        .await;
+        results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.session_tcp_info().into_iter().flat_map(|(_, _, v)| v).collect()
+    }
+}

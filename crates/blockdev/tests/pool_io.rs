@@ -1,0 +1,47 @@
+//! The pool splits large requests into chunks over several sessions and
+//! reassembles them byte for byte.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use wanblk_blockdev::Endpoint;
+use wanblk_blockdev::pool::{Pool, PoolConfig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_requests_round_trip_over_four_sessions() {
+    let c = common::TestConnector::new(64 << 20, vec![]);
+    let cfg = PoolConfig { initial_sessions: 4, request_size: 256 << 10, depth: 2, ..Default::default() };
+    let pool = Pool::open(c.clone(), cfg).await.unwrap();
+    assert_eq!(c.opened.load(Ordering::SeqCst), 4);
+    let data = common::pattern(10 << 20, 3);
+    pool.write(12345, data.clone(), false).await.unwrap();
+    let back = pool.read(12345, data.len() as u32).await.unwrap();
+    assert!(back == data, "read back differs");
+    let per_session = pool.session_completed_bytes();
+    assert_eq!(per_session.len(), 4);
+    assert!(per_session.iter().filter(|(_, b)| *b > 0).count() >= 2, "{per_session:?}");
+    assert_eq!(pool.completed_bytes(), 2 * data.len() as u64);
+    pool.write_zeroes(0, 64 << 20, true).await.unwrap();
+    assert_eq!(pool.read(12345, 16).await.unwrap(), vec![0u8; 16]);
+    pool.flush().await.unwrap();
+    pool.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn out_of_range_is_refused_with_the_offset() {
+    let c = common::TestConnector::new(1 << 20, vec![]);
+    let pool = Pool::open(c, PoolConfig::default()).await.unwrap();
+    let e = pool.read((1 << 20) - 10, 20).await.unwrap_err();
+    assert_eq!(e.offset, Some((1 << 20) - 10));
+    assert!(e.to_string().contains("test://store"), "{e}");
+}
+
+#[tokio::test]
+async fn without_multi_conn_the_pool_keeps_one_session_and_says_so() {
+    let mut c = common::TestConnector::new(1 << 20, vec![]);
+    std::sync::Arc::get_mut(&mut c).unwrap().multi_conn = false;
+    let pool = Pool::open(c.clone(), PoolConfig { initial_sessions: 4, ..Default::default() }).await.unwrap();
+    assert_eq!(c.opened.load(Ordering::SeqCst), 1);
+    assert_eq!(pool.max_sessions(), 1);
+    assert!(pool.notes().iter().any(|n| n.contains("CAN_MULTI_CONN")), "{:?}", pool.notes());
+}

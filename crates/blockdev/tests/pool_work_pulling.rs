@@ -1,0 +1,49 @@
+//! Work pulling: a slow session takes fewer chunks instead of holding a
+//! fixed stripe, and changing the active count moves work between sessions.
+
+mod common;
+
+use std::time::Duration;
+use wanblk_blockdev::Endpoint;
+use wanblk_blockdev::pool::{Pool, PoolConfig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_session_carries_less() {
+    let slow = common::Behaviour { delay: Some(Duration::from_millis(50)), ..Default::default() };
+    let c = common::TestConnector::new(32 << 20, vec![slow]);
+    let cfg = PoolConfig { initial_sessions: 4, request_size: 64 << 10, depth: 1, ..Default::default() };
+    let pool = Pool::open(c, cfg).await.unwrap();
+    pool.read(0, 16 << 20).await.unwrap();
+    let per: Vec<u64> = pool.session_completed_bytes().into_iter().map(|(_, b)| b).collect();
+    // Session 0 sleeps 50 ms per chunk; the three fast ones share the rest.
+    assert!(per[0] * 4 < per[1] + per[2] + per[3], "slow session carried too much: {per:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deactivated_sessions_idle_and_reactivation_reuses_them() {
+    let c = common::TestConnector::new(32 << 20, vec![]);
+    let cfg = PoolConfig { initial_sessions: 4, request_size: 64 << 10, depth: 2, ..Default::default() };
+    let pool = Pool::open(c.clone(), cfg).await.unwrap();
+    assert_eq!(pool.set_active(2), 2);
+    let before = pool.session_completed_bytes();
+    pool.read(0, 8 << 20).await.unwrap();
+    let after = pool.session_completed_bytes();
+    assert_eq!(before[2], after[2], "idle session 2 took work");
+    assert_eq!(before[3], after[3], "idle session 3 took work");
+    assert!(after[0].1 > 0 && after[1].1 > 0);
+    // Growing again reuses the idle sessions: nothing new is opened.
+    pool.set_active(4);
+    pool.read(0, 8 << 20).await.unwrap();
+    assert_eq!(c.opened.load(std::sync::atomic::Ordering::SeqCst), 4);
+    assert!(pool.session_completed_bytes()[3].1 > 0);
+    // Growing past the open sessions opens more, lazily.
+    pool.set_active(6);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().open < 6 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("pool opened the extra sessions");
+    assert_eq!(pool.stats().active, 6);
+}
