@@ -6,8 +6,14 @@
 //!
 //! - [`tcp`]: `TCP_INFO`, congestion control and pacing socket options.
 //! - [`process`]: signals to child processes.
+//! - [`nfqueue`]: NFQUEUE over a raw `NETLINK_NETFILTER` socket (the emulator's packet path).
+//! - [`sched`]: thread affinity, `SCHED_FIFO`, timer slack, clocks.
+//! - [`netns`]: entering named network namespaces.
 //! - [`file`]: block device size, hole punching, zeroing, SEEK_DATA/SEEK_HOLE.
 
 pub mod file;
+pub mod netns;
+pub mod nfqueue;
 pub mod process;
+pub mod sched;
 pub mod tcp;
