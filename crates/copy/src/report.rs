@@ -1,0 +1,52 @@
+//! The JSON report written by `wanblk copy --report FILE`.
+
+use serde::Serialize;
+
+/// One goodput measurement interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    /// End of the interval, seconds since the copy started.
+    pub t_s: f64,
+    /// Active sessions during the interval.
+    pub n: usize,
+    /// Payload bytes completed in the interval, in Mbit/s (10^6 bits).
+    pub goodput_mbps: f64,
+}
+
+/// Everything a finished (or failed) copy reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Source URI (secrets removed).
+    pub source: String,
+    /// Destination URI (secrets removed).
+    pub destination: String,
+    /// Bytes of the image (the source size).
+    pub bytes: u64,
+    /// Wall-clock seconds of the copy (connections open to last completion).
+    pub seconds: f64,
+    /// Data bytes moved (read and written) x 8 / seconds / 10^6. Holes and
+    /// zero runs turned into zeroing requests are not counted.
+    pub goodput_mbps: f64,
+    /// Bytes carried as data.
+    pub data_bytes: u64,
+    /// Bytes zeroed on the destination without carrying data.
+    pub zero_bytes: u64,
+    /// Bytes skipped because the destination already reads as zero.
+    pub skipped_bytes: u64,
+    /// Active sessions at the end.
+    pub connections: usize,
+    /// Requests in flight per session.
+    pub requests: usize,
+    /// Bytes per request.
+    pub request_size: u32,
+    /// Goodput per monitoring interval.
+    pub samples: Vec<Sample>,
+    /// sha256 of the image in offset order (holes hashed as zeroes), with `--verify`.
+    pub sha256: Option<String>,
+    /// The tuner's record with `--connections auto`.
+    pub tuning: Option<serde_json::Value>,
+    /// Adjustments and warnings.
+    pub notes: Vec<String>,
+    /// The error that stopped the copy, if it failed.
+    pub error: Option<String>,
+}
