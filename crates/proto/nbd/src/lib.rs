@@ -1,2 +1,55 @@
-//! NBD protocol, sans-I/O (client and server). No sockets, no clock, no unsafe.
+//! The NBD protocol (client and server), sans-I/O.
+//!
+//! This crate does no network I/O, owns no sockets, spawns no tasks and
+//! reads no clock. It turns bytes into events and requests into bytes; a
+//! driver (`wanblk-nbd`, over tokio) moves the bytes:
+//!
+//! ```text
+//!            socket reads                         socket writes
+//!                 |                                     ^
+//!                 v                                     |
+//!   handle_input(&[u8]) / handle_input_buf(&mut BytesMut)   poll_transmit() -> Bytes segments
+//!                 |                                     ^
+//!          +------+-------------------------------------+------+
+//!          |  Client / Server state machine (this crate)       |
+//!          |  Greeting -> Options -> Transmission -> Closed    |
+//!          +------+-------------------------------------+------+
+//!                 |                                     ^
+//!                 v                                     |
+//!           poll_event() -> Event               send_request() / reply_*()
+//! ```
+//!
+//! - [`wire`]: every wire type, each implementing the one [`Codec`] trait;
+//!   decoders return a typed [`DecodeError`] for malformed input and bound
+//!   every length they allocate from.
+//! - [`client`]: fixed-newstyle handshake (NBD_OPT_STRUCTURED_REPLY,
+//!   NBD_OPT_SET_META_CONTEXT `base:allocation`, NBD_OPT_GO with
+//!   NBD_INFO_BLOCK_SIZE, falling back to NBD_OPT_EXPORT_NAME; NBD_OPT_INFO,
+//!   NBD_OPT_LIST, NBD_OPT_ABORT), then transmission: requests tracked by
+//!   cookie, every reply validated against its request.
+//! - [`server`]: the handshake answered from a list of exports, requests
+//!   decoded and checked against the export, replies encoded simple or
+//!   structured.
+//!
+//! The spec is `doc/proto.md` of the NetworkBlockDevice project; section
+//! names in the docs here refer to it. Extended headers and TLS are not
+//! implemented.
 #![forbid(unsafe_code)]
+
+pub mod client;
+pub mod codec;
+pub mod consts;
+pub mod error;
+pub mod server;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{
+    BlockSizes, Client, ClientConfig, Event, Goal, Negotiated, Reply, ReplyData, Request, ServerError,
+};
+pub use codec::{Codec, DecodeError, Reader};
+pub use error::{ClientError, ProtocolError, RequestError};
+pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest};
+pub use wire::{BlockDescriptor, Command, NbdError};
