@@ -1,2 +1,62 @@
-//! Automatic parallelism tuning (APT), sans-I/O, with a flow simulation bench.
+//! Automatic parallelism tuning (APT) for wanblk: how many parallel
+//! sessions (TCP connections) to carry block I/O over, found by measuring.
+//!
+//! This crate is sans-I/O. It has no clock, no sockets and no async
+//! runtime; the driver (the session pool in `wanblk-blockdev`) owns all of
+//! that and talks to the tuner in plain values:
+//!
+//! ```text
+//!            driver (blockdev)                        this crate
+//!  ┌──────────────────────────────────┐
+//!  │ run N sessions for one interval  │  PathSnapshot  ┌──────────────────┐
+//!  │ (length from IntervalPolicy) ────┼───────────────▶│ IntervalPolicy   │
+//!  │ count completed bytes            │  Sample        ├──────────────────┤
+//!  │ Sample { n, goodput, duration } ─┼───────────────▶│ Tuner::observe   │
+//!  │ set N = step.next_n  ◀───────────┼────────────────┤  -> Step         │
+//!  └──────────────────────────────────┘                └──────────────────┘
+//! ```
+//!
+//! The driver calls [`Tuner::observe`] once per measurement interval and
+//! uses [`Step::next_n`] sessions for the next one. The search is the APT
+//! algorithm of BDL-APT (seed 000, section 4.4): a multiplicative bracket
+//! search from N0 by a factor alpha while goodput rises, then an integer
+//! golden-section search inside the bracket, equations (1)-(4), ending when
+//! the bracket has no integer left to probe. [`TunerConfig::paper`]
+//! reproduces the paper exactly; [`TunerConfig::default`] adds what a real
+//! WAN needs, each part switchable: discarding the first interval after N
+//! changes, a tolerance and averaging against noise (ties go to fewer
+//! sessions), and re-tuning when the converged goodput moves.
+//!
+//! Also here: [`IntervalPolicy`] (how long an interval should be),
+//! [`ChunkSizer`] (seed 002's adaptive chunk size), and [`sim`], a
+//! flow-level bottleneck model that drives the real tuner in simulated time
+//! for tests and benchmarks.
+//!
+//! ```
+//! use wanblk_apt::{Sample, Tuner, TunerConfig};
+//!
+//! let mut tuner = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
+//! // A path whose goodput peaks at 6 sessions.
+//! let goodput = |n: usize| 100.0 - (n as f64 - 6.0).powi(2);
+//! while tuner.converged().is_none() {
+//!     let n = tuner.current();
+//!     tuner.observe(Sample { n, goodput_bytes_per_s: goodput(n), duration_s: 1.0 });
+//! }
+//! assert_eq!(tuner.converged(), Some(6));
+//! ```
 #![forbid(unsafe_code)]
+
+mod chunk;
+mod config;
+mod golden;
+mod interval;
+pub mod sim;
+mod tuner;
+
+pub use chunk::{ChunkConfig, ChunkSizer};
+pub use config::{ConfigError, MAX_SESSIONS, RetuneConfig, TunerConfig};
+pub use golden::{Bracket, NU, golden_probe_bound};
+pub use interval::{INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
+pub use tuner::{
+    Discards, LEVEL_SAMPLES, MAX_HISTORY, Phase, Sample, SampleUse, Step, StepRecord, Tuner, TuningReport,
+};

@@ -1,0 +1,290 @@
+//! Tuner parameters: the paper's (seed 000, Table 1) and ours.
+
+use serde::{Deserialize, Serialize};
+
+use crate::golden::golden_probe_bound;
+
+/// The largest `n_max` accepted: far beyond any useful session count, and
+/// small enough that every count is exact as an `f64`.
+pub const MAX_SESSIONS: usize = 1 << 16;
+
+/// Why a [`TunerConfig`] (or [`RetuneConfig`]) was rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// `n_min` must be at least 1.
+    #[error("n_min must be at least 1")]
+    ZeroMin,
+    /// `n_min <= n_max <= MAX_SESSIONS` must hold.
+    #[error("session range {n_min}..={n_max} is empty or above {MAX_SESSIONS}")]
+    BadRange {
+        /// The configured lower bound.
+        n_min: usize,
+        /// The configured upper bound.
+        n_max: usize,
+    },
+    /// `n0` must lie in `n_min..=n_max`.
+    #[error("n0 = {n0} is outside {n_min}..={n_max}")]
+    StartOutOfRange {
+        /// The configured start.
+        n0: usize,
+        /// The configured lower bound.
+        n_min: usize,
+        /// The configured upper bound.
+        n_max: usize,
+    },
+    /// `alpha` must be finite and greater than 1.
+    #[error("alpha = {0} must be finite and greater than 1")]
+    BadAlpha(f64),
+    /// `tolerance` must be finite and in `0.0..1.0`.
+    #[error("tolerance = {0} must be finite and in [0, 1)")]
+    BadTolerance(f64),
+    /// `samples_per_point` must be at least 1.
+    #[error("samples_per_point must be at least 1")]
+    ZeroSamples,
+    /// The re-tuning threshold must be finite and positive.
+    #[error("retune threshold = {0} must be finite and positive")]
+    BadRetuneThreshold(f64),
+    /// The re-tuning trigger needs at least one interval.
+    #[error("retune consecutive must be at least 1")]
+    ZeroRetuneConsecutive,
+    /// A [`ChunkConfig`](crate::ChunkConfig) parameter is out of range.
+    #[error("chunk sizer: {0}")]
+    BadChunk(&'static str),
+}
+
+/// When to start searching again after convergence (not in the paper, which
+/// lists it as future work).
+///
+/// While holding at the converged N the tuner tracks the goodput level there
+/// (the mean of the first [`LEVEL_SAMPLES`](crate::tuner::LEVEL_SAMPLES)
+/// samples, then frozen). If `consecutive` samples in a row all lie more
+/// than `threshold` (relative) away from that level on the same side, the
+/// path has changed: the tuner restarts the bracket search from the current
+/// N, upward first and, if the first step up is not better, downward by
+/// dividing by alpha.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RetuneConfig {
+    /// Relative change of goodput that counts as a deviation (0.2 = 20 %).
+    pub threshold: f64,
+    /// How many deviating intervals in a row trigger a new search.
+    pub consecutive: u32,
+}
+
+impl Default for RetuneConfig {
+    /// 20 % for 3 intervals in a row.
+    fn default() -> Self {
+        RetuneConfig { threshold: 0.2, consecutive: 3 }
+    }
+}
+
+/// Parameters of the [`Tuner`](crate::Tuner).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TunerConfig {
+    /// Initial number of sessions N0.
+    pub n0: usize,
+    /// Multiplicative increase factor of the bracket search (> 1). Each step
+    /// goes to `round(alpha * N)`, and at least to `N + 1`.
+    pub alpha: f64,
+    /// Smallest N the tuner may answer (>= 1).
+    pub n_min: usize,
+    /// Largest N the tuner may answer (the number of sessions the driver can
+    /// open); the bracket search is clamped there.
+    pub n_max: usize,
+    /// Relative epsilon for comparing goodputs; 0 is the paper's strict `>`.
+    ///
+    /// A larger N must beat the reference by more than `tolerance` to count
+    /// as better (`G > G_ref * (1 + tolerance)`); a smaller N counts as better
+    /// unless it is worse by more than `tolerance` (`G > G_ref * (1 -
+    /// tolerance)`). Ties within `tolerance` therefore go to fewer sessions:
+    /// less CPU and friendlier to other traffic. The reference stays the best
+    /// level measured at m, so accepting ties cannot drift down further than
+    /// `tolerance` below it.
+    pub tolerance: f64,
+    /// Measurements averaged (weighted by duration) per point before a
+    /// decision; the paper uses 1.
+    pub samples_per_point: u32,
+    /// Ignore the first measurement after N changed (TCP slow start of new
+    /// sessions, request pipelines filling up). The initial N0 counts as a
+    /// change. The paper does not discard.
+    pub discard_after_change: bool,
+    /// Re-tuning after convergence; `None` holds the converged N forever.
+    pub retune: Option<RetuneConfig>,
+}
+
+impl TunerConfig {
+    /// The paper's behaviour exactly: the Table 1 parameters of seed 000
+    /// (N0 = 4, alpha = 2, at most 128 sessions), strict comparisons, one
+    /// measurement per point, nothing discarded, no re-tuning.
+    ///
+    /// The worked example of section 4.4 starts at N0 = 1 instead:
+    /// `TunerConfig { n0: 1, ..TunerConfig::paper() }`.
+    pub fn paper() -> Self {
+        TunerConfig {
+            n0: 4,
+            alpha: 2.0,
+            n_min: 1,
+            n_max: 128,
+            tolerance: 0.0,
+            samples_per_point: 1,
+            discard_after_change: false,
+            retune: None,
+        }
+    }
+
+    /// Checks every parameter; [`Tuner::new`](crate::Tuner::new) calls it.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.n_min == 0 {
+            return Err(ConfigError::ZeroMin);
+        }
+        if self.n_min > self.n_max || self.n_max > MAX_SESSIONS {
+            return Err(ConfigError::BadRange { n_min: self.n_min, n_max: self.n_max });
+        }
+        if !(self.n_min..=self.n_max).contains(&self.n0) {
+            return Err(ConfigError::StartOutOfRange { n0: self.n0, n_min: self.n_min, n_max: self.n_max });
+        }
+        if !(self.alpha.is_finite() && self.alpha > 1.0) {
+            return Err(ConfigError::BadAlpha(self.alpha));
+        }
+        if !(self.tolerance.is_finite() && (0.0..1.0).contains(&self.tolerance)) {
+            return Err(ConfigError::BadTolerance(self.tolerance));
+        }
+        if self.samples_per_point == 0 {
+            return Err(ConfigError::ZeroSamples);
+        }
+        if let Some(rt) = &self.retune {
+            if !(rt.threshold.is_finite() && rt.threshold > 0.0) {
+                return Err(ConfigError::BadRetuneThreshold(rt.threshold));
+            }
+            if rt.consecutive == 0 {
+                return Err(ConfigError::ZeroRetuneConsecutive);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bracket search's next N above `n`: `round(alpha * n)`, at least
+    /// `n + 1`, at most `n_max`.
+    pub(crate) fn up(&self, n: usize) -> usize {
+        let scaled = (n as f64 * self.alpha).round();
+        let next = if scaled >= self.n_max as f64 { self.n_max } else { scaled as usize };
+        next.max(n.saturating_add(1)).min(self.n_max)
+    }
+
+    /// The downward bracket search's next N below `n`: `round(n / alpha)`,
+    /// at most `n - 1`, at least `n_min`.
+    pub(crate) fn down(&self, n: usize) -> usize {
+        let scaled = (n as f64 / self.alpha).round() as usize;
+        scaled.min(n.saturating_sub(1)).max(self.n_min)
+    }
+
+    /// Upper bound on the number of measured points (decisions) of the
+    /// initial search, bracket plus golden section, whatever the goodputs.
+    ///
+    /// Computed by walking the bracket sequence N0, up(N0), ..., n_max and
+    /// taking, for every place the bracket search can stop, its points plus
+    /// [`golden_probe_bound`] of the resulting bracket.
+    pub fn max_search_points(&self) -> usize {
+        let mut seq = vec![self.n0];
+        while let Some(&last) = seq.last() {
+            if last >= self.n_max {
+                break;
+            }
+            seq.push(self.up(last));
+        }
+        let below = |j: usize| if j == 0 { self.n_min - 1 } else { seq[j - 1] };
+        // Stops at seq[j] (not better than seq[j-1]): bracket (below(j-1), seq[j-1], seq[j]).
+        let mut worst = 0;
+        for (j, &stop) in seq.iter().enumerate().skip(1) {
+            let width = stop - below(j - 1);
+            worst = worst.max(j + 1 + golden_probe_bound(width));
+        }
+        // Rises all the way to n_max: bracket (below(last), n_max, n_max).
+        let last = seq.len() - 1;
+        worst.max(seq.len() + golden_probe_bound(self.n_max - below(last)))
+    }
+
+    /// Upper bound on the number of intervals of the initial search when
+    /// every sample is valid: [`max_search_points`](Self::max_search_points)
+    /// times the intervals per point (`samples_per_point`, plus one discarded
+    /// interval when `discard_after_change`).
+    pub fn max_search_intervals(&self) -> usize {
+        let per_point = self.samples_per_point as usize + usize::from(self.discard_after_change);
+        self.max_search_points() * per_point
+    }
+}
+
+impl Default for TunerConfig {
+    /// Our robust settings: the paper's N0, alpha and session range, plus a
+    /// 3 % tolerance, one sample per point, the first interval after a change
+    /// discarded, and re-tuning on a 20 % change for 3 intervals.
+    fn default() -> Self {
+        TunerConfig {
+            tolerance: 0.03,
+            samples_per_point: 1,
+            discard_after_change: true,
+            retune: Some(RetuneConfig::default()),
+            ..TunerConfig::paper()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid() {
+        TunerConfig::paper().validate().unwrap();
+        TunerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        let p = TunerConfig::paper();
+        assert_eq!(TunerConfig { n_min: 0, ..p.clone() }.validate(), Err(ConfigError::ZeroMin));
+        assert!(matches!(
+            TunerConfig { n_max: 0, ..p.clone() }.validate(),
+            Err(ConfigError::BadRange { .. })
+        ));
+        assert!(matches!(
+            TunerConfig { n0: 200, ..p.clone() }.validate(),
+            Err(ConfigError::StartOutOfRange { .. })
+        ));
+        for alpha in [1.0, 0.5, f64::NAN, f64::INFINITY] {
+            assert!(TunerConfig { alpha, ..p.clone() }.validate().is_err());
+        }
+        for tolerance in [-0.1, 1.0, f64::NAN] {
+            assert!(TunerConfig { tolerance, ..p.clone() }.validate().is_err());
+        }
+        assert!(TunerConfig { samples_per_point: 0, ..p.clone() }.validate().is_err());
+        let rt = RetuneConfig { threshold: f64::NAN, consecutive: 3 };
+        assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());
+        let rt = RetuneConfig { threshold: 0.2, consecutive: 0 };
+        assert!(TunerConfig { retune: Some(rt), ..p }.validate().is_err());
+    }
+
+    #[test]
+    fn up_and_down_always_move() {
+        let c = TunerConfig { alpha: 1.1, n_max: 10, ..TunerConfig::paper() };
+        assert_eq!(c.up(1), 2);
+        assert_eq!(c.up(9), 10);
+        assert_eq!(c.up(10), 10);
+        assert_eq!(c.down(10), 9);
+        assert_eq!(c.down(1), 1);
+        let c = TunerConfig::paper();
+        assert_eq!(c.up(64), 128);
+        assert_eq!(c.up(100), 128);
+        assert_eq!(c.down(5), 3);
+    }
+
+    #[test]
+    fn search_bound_is_small_for_the_presets() {
+        // 4, 8, ..., 128: 6 points, then golden section on at most (32, 128, 128).
+        let b = TunerConfig::paper().max_search_points();
+        assert!(b <= 6 + golden_probe_bound(96), "{b}");
+        assert_eq!(TunerConfig::default().max_search_intervals(), 2 * b);
+    }
+}

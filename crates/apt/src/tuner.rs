@@ -1,0 +1,747 @@
+//! The APT state machine: bracket search, golden-section search, hold and
+//! re-tune (seed 000, section 4.4; re-tuning is ours).
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigError, TunerConfig};
+use crate::golden::Bracket;
+
+/// In-band samples averaged into the converged goodput level before it is
+/// frozen as the reference for re-tuning.
+pub const LEVEL_SAMPLES: u32 = 8;
+
+/// Most entries kept in each history of a [`TuningReport`]; later entries
+/// are counted in [`TuningReport::history_truncated`] instead.
+pub const MAX_HISTORY: usize = 4096;
+
+/// One goodput measurement over one interval, taken with `n` active sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// The number of active sessions during the interval.
+    pub n: usize,
+    /// Goodput in bytes per second: bytes of completed requests divided by
+    /// the interval (seed 000, section 4.5: G = X / Delta).
+    pub goodput_bytes_per_s: f64,
+    /// Length of the interval in seconds; weights the average when several
+    /// samples make one point.
+    pub duration_s: f64,
+}
+
+/// The phase of the search, one variant per stage of the algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Multiplying N by alpha while goodput rises (section 4.4, first step).
+    BracketUp,
+    /// Dividing N by alpha while goodput rises (re-tuning only: the first
+    /// step up from the old optimum was not better).
+    BracketDown,
+    /// Golden-section search inside the bracket, equations (1)-(4).
+    Golden,
+    /// Holding at the converged N (and watching for a change when
+    /// re-tuning is on).
+    Converged,
+}
+
+/// What the tuner did with a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleUse {
+    /// It completed a point and the tuner decided on it, or (when converged)
+    /// it was compared against the converged level.
+    Used,
+    /// It was added to the average of the current point, which needs more
+    /// samples (`samples_per_point`).
+    Pending,
+    /// Ignored: the first interval after N changed (`discard_after_change`).
+    Warmup,
+    /// Ignored: goodput NaN, infinite or negative, or duration not finite
+    /// and positive. N stays unchanged, and a pending warm-up discard stays
+    /// pending.
+    Invalid,
+    /// Ignored: taken with a different N than the tuner's current one (a
+    /// measurement that overlapped a change).
+    Stale,
+}
+
+/// The tuner's answer to one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The number of sessions to use for the next interval.
+    pub next_n: usize,
+    /// The phase after this sample.
+    pub phase: Phase,
+    /// What happened to the sample.
+    pub sample: SampleUse,
+    /// The next interval's sample will be discarded as warm-up: the driver
+    /// may make it shorter (see [`IntervalPolicy`](crate::IntervalPolicy)).
+    pub next_is_warmup: bool,
+}
+
+impl Step {
+    /// True when the sample was ignored (warm-up, invalid or stale).
+    pub fn discarded(&self) -> bool {
+        matches!(self.sample, SampleUse::Warmup | SampleUse::Invalid | SampleUse::Stale)
+    }
+}
+
+/// One decision: a point fully measured and what the tuner made of it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// 1-based index of the interval (call to `observe`) that completed it.
+    pub interval: u64,
+    /// The phase the point was measured in.
+    pub phase: Phase,
+    /// The N measured.
+    pub n: usize,
+    /// Its goodput (bytes/s), averaged over its samples.
+    pub goodput_bytes_per_s: f64,
+    /// The N chosen next.
+    pub next_n: usize,
+    /// The golden-section bracket after the decision, if in that phase.
+    pub bracket: Option<Bracket>,
+}
+
+/// Counts of ignored samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discards {
+    /// First intervals after a change of N.
+    pub warmup: u64,
+    /// Non-finite or negative goodput, or bad duration.
+    pub invalid: u64,
+    /// Samples for another N than the current one.
+    pub stale: u64,
+}
+
+/// Everything the tuner did so far, for logs and JSON reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TuningReport {
+    /// The current phase.
+    pub phase: Phase,
+    /// The N the tuner currently answers.
+    pub current_n: usize,
+    /// The converged N while converged, else `None`.
+    pub final_n: Option<usize>,
+    /// Interval (1-based) at which the latest convergence happened.
+    pub converged_at_interval: Option<u64>,
+    /// Samples observed so far.
+    pub intervals: u64,
+    /// Every golden-section bracket, in order (a re-tune starts a new run).
+    pub bracket_history: Vec<Bracket>,
+    /// Every decision, in order.
+    pub steps: Vec<StepRecord>,
+    /// Ignored samples.
+    pub discards: Discards,
+    /// How many times a change of goodput restarted the search.
+    pub retunes: u32,
+    /// History entries dropped beyond [`MAX_HISTORY`].
+    pub history_truncated: u64,
+}
+
+/// A measured point: its own goodput, and the reference a challenger must
+/// beat (the best level accepted at this point; higher than its own when it
+/// won a tie against a larger N).
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    n: usize,
+    own: f64,
+    reference: f64,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    /// Measuring `current`; `best` is the previous (lower) point, `lower`
+    /// the exclusive end below it.
+    Up { lower: usize, best: Option<Point>, may_turn_down: bool },
+    /// Measuring `current` below `best`; `upper` is the exclusive end above.
+    Down { upper: usize, best: Point },
+    /// Measuring the probe of `bracket`; `m` describes bracket.m.
+    Golden { bracket: Bracket, m: Point },
+    /// Holding at `current`.
+    Converged(Hold),
+}
+
+#[derive(Debug, Clone)]
+struct Hold {
+    level: f64,
+    level_samples: u32,
+    /// Side of the running deviation: true = above the level.
+    side: bool,
+    count: u32,
+    mean: f64,
+}
+
+/// Duration-weighted running mean of the samples of one point.
+#[derive(Debug, Clone, Copy, Default)]
+struct Average {
+    count: u32,
+    total_s: f64,
+    mean: f64,
+}
+
+impl Average {
+    fn add(&mut self, g: f64, d: f64) {
+        self.count += 1;
+        self.total_s += d;
+        // Incremental form: never overflows for finite inputs; a weight of
+        // 0 (total_s overflowed to infinity) just leaves the mean as is.
+        let w = d / self.total_s;
+        if w.is_finite() {
+            self.mean += (g - self.mean) * w;
+        }
+    }
+}
+
+/// The APT tuner: fed one [`Sample`] per interval, it answers the N for the
+/// next interval. Deterministic, no clock, no I/O.
+#[derive(Debug, Clone)]
+pub struct Tuner {
+    cfg: TunerConfig,
+    current: usize,
+    state: State,
+    warmup_pending: bool,
+    avg: Average,
+    intervals: u64,
+    report: TuningReport,
+}
+
+impl Tuner {
+    /// A tuner at `cfg.n0`, in the bracket search.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when `cfg` fails [`TunerConfig::validate`].
+    pub fn new(cfg: TunerConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let current = cfg.n0;
+        Ok(Tuner {
+            state: State::Up { lower: cfg.n_min - 1, best: None, may_turn_down: false },
+            warmup_pending: cfg.discard_after_change,
+            avg: Average::default(),
+            intervals: 0,
+            report: TuningReport {
+                phase: Phase::BracketUp,
+                current_n: current,
+                final_n: None,
+                converged_at_interval: None,
+                intervals: 0,
+                bracket_history: Vec::new(),
+                steps: Vec::new(),
+                discards: Discards::default(),
+                retunes: 0,
+                history_truncated: 0,
+            },
+            current,
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TunerConfig {
+        &self.cfg
+    }
+
+    /// The number of sessions to use now.
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        match &self.state {
+            State::Up { .. } => Phase::BracketUp,
+            State::Down { .. } => Phase::BracketDown,
+            State::Golden { .. } => Phase::Golden,
+            State::Converged(_) => Phase::Converged,
+        }
+    }
+
+    /// The converged N, while converged.
+    pub fn converged(&self) -> Option<usize> {
+        matches!(self.state, State::Converged(_)).then_some(self.current)
+    }
+
+    /// True when the next sample will be discarded as warm-up.
+    pub fn next_is_warmup(&self) -> bool {
+        self.warmup_pending
+    }
+
+    /// A snapshot of everything done so far.
+    pub fn report(&self) -> TuningReport {
+        let mut r = self.report.clone();
+        r.phase = self.phase();
+        r.current_n = self.current;
+        r.intervals = self.intervals;
+        r
+    }
+
+    /// Feeds the measurement of the interval that just ended and returns the
+    /// N for the next one. Never panics; bad samples are ignored and said so
+    /// in [`Step::sample`] (see [`SampleUse`]).
+    pub fn observe(&mut self, s: Sample) -> Step {
+        self.intervals = self.intervals.saturating_add(1);
+        let used = self.classify(&s);
+        if used == SampleUse::Used {
+            self.accept(s.goodput_bytes_per_s, s.duration_s)
+        } else {
+            self.step(used)
+        }
+    }
+
+    /// Sorts out samples that must be ignored; `Used` means "go on".
+    fn classify(&mut self, s: &Sample) -> SampleUse {
+        let d = &mut self.report.discards;
+        if s.n != self.current {
+            d.stale += 1;
+            SampleUse::Stale
+        } else if !(s.goodput_bytes_per_s.is_finite()
+            && s.goodput_bytes_per_s >= 0.0
+            && s.duration_s.is_finite()
+            && s.duration_s > 0.0)
+        {
+            d.invalid += 1;
+            SampleUse::Invalid
+        } else if self.warmup_pending {
+            self.warmup_pending = false;
+            d.warmup += 1;
+            SampleUse::Warmup
+        } else {
+            SampleUse::Used
+        }
+    }
+
+    fn step(&self, sample: SampleUse) -> Step {
+        Step { next_n: self.current, phase: self.phase(), sample, next_is_warmup: self.warmup_pending }
+    }
+
+    fn accept(&mut self, g: f64, d: f64) -> Step {
+        if let State::Converged(_) = self.state {
+            self.hold(g);
+            return self.step(SampleUse::Used);
+        }
+        self.avg.add(g, d);
+        if self.avg.count < self.cfg.samples_per_point {
+            return self.step(SampleUse::Pending);
+        }
+        let g = self.avg.mean;
+        self.avg = Average::default();
+        let phase = self.phase();
+        let n = self.current;
+        let next = self.decide(g);
+        let bracket = match &self.state {
+            State::Golden { bracket, .. } => Some(*bracket),
+            _ => None,
+        };
+        self.record_step(StepRecord {
+            interval: self.intervals,
+            phase,
+            n,
+            goodput_bytes_per_s: g,
+            next_n: next,
+            bracket,
+        });
+        self.move_to(next);
+        self.step(SampleUse::Used)
+    }
+
+    fn move_to(&mut self, next: usize) {
+        if next != self.current {
+            self.current = next;
+            self.avg = Average::default();
+            self.warmup_pending = self.cfg.discard_after_change;
+        }
+    }
+
+    /// `g` (for a larger N) beats `reference`: by more than the tolerance.
+    fn better_up(&self, g: f64, reference: f64) -> bool {
+        g > reference * (1.0 + self.cfg.tolerance)
+    }
+
+    /// `g` (for a smaller N) beats `reference`: is not worse by more than
+    /// the tolerance (with tolerance 0: strictly greater, as in the paper).
+    fn better_down(&self, g: f64, reference: f64) -> bool {
+        g > reference * (1.0 - self.cfg.tolerance)
+    }
+
+    /// One decision on the fully measured point `current` with goodput `g`;
+    /// returns the next N.
+    fn decide(&mut self, g: f64) -> usize {
+        let n = self.current;
+        let here = Point { n, own: g, reference: g };
+        match self.state.clone() {
+            State::Up { lower, best: None, may_turn_down } => {
+                if n >= self.cfg.n_max {
+                    self.golden(Bracket { l: lower, m: n, r: n }, here)
+                } else {
+                    self.state = State::Up { lower, best: Some(here), may_turn_down };
+                    self.cfg.up(n)
+                }
+            }
+            State::Up { lower, best: Some(b), may_turn_down } => {
+                if self.better_up(g, b.reference) {
+                    if n >= self.cfg.n_max {
+                        self.golden(Bracket { l: b.n, m: n, r: n }, here)
+                    } else {
+                        self.state = State::Up { lower: b.n, best: Some(here), may_turn_down: false };
+                        self.cfg.up(n)
+                    }
+                } else if may_turn_down && b.n > self.cfg.n_min {
+                    self.state = State::Down { upper: n, best: b };
+                    self.cfg.down(b.n)
+                } else {
+                    self.golden(Bracket { l: lower, m: b.n, r: n }, b)
+                }
+            }
+            State::Down { upper, best } => {
+                if self.better_down(g, best.reference) {
+                    let p = Point { n, own: g, reference: g.max(best.reference) };
+                    if n <= self.cfg.n_min {
+                        self.golden(Bracket { l: self.cfg.n_min - 1, m: n, r: best.n }, p)
+                    } else {
+                        self.state = State::Down { upper: best.n, best: p };
+                        self.cfg.down(n)
+                    }
+                } else {
+                    self.golden(Bracket { l: n, m: best.n, r: upper }, best)
+                }
+            }
+            State::Golden { bracket, m } => {
+                let better = if n > bracket.m {
+                    self.better_up(g, m.reference)
+                } else {
+                    self.better_down(g, m.reference)
+                };
+                let next = bracket.update(n, better);
+                let m = if better { Point { n, own: g, reference: g.max(m.reference) } } else { m };
+                self.golden(next, m)
+            }
+            // Converged samples never reach `decide` (see `accept`).
+            State::Converged(_) => n,
+        }
+    }
+
+    /// Enters or continues the golden-section phase on `bracket`, whose
+    /// middle is `m`; returns the next N (the probe, or m when done).
+    fn golden(&mut self, bracket: Bracket, m: Point) -> usize {
+        self.record_bracket(bracket);
+        match bracket.probe() {
+            Some(probe) => {
+                self.state = State::Golden { bracket, m };
+                probe
+            }
+            None => {
+                self.state = State::Converged(Hold {
+                    level: m.own,
+                    level_samples: 1,
+                    side: false,
+                    count: 0,
+                    mean: 0.0,
+                });
+                self.report.final_n = Some(m.n);
+                self.report.converged_at_interval = Some(self.intervals);
+                m.n
+            }
+        }
+    }
+
+    /// A converged sample: track the level, and restart the search when
+    /// goodput has moved away from it for long enough.
+    fn hold(&mut self, g: f64) {
+        let Some(rt) = self.cfg.retune else { return };
+        let State::Converged(h) = &mut self.state else { return };
+        let deviation = g - h.level;
+        if deviation.abs() <= rt.threshold * h.level {
+            h.count = 0;
+            if h.level_samples < LEVEL_SAMPLES {
+                h.level_samples += 1;
+                h.level += deviation / f64::from(h.level_samples);
+            }
+            return;
+        }
+        let side = deviation > 0.0;
+        if h.count == 0 || h.side != side {
+            h.side = side;
+            h.count = 0;
+            h.mean = 0.0;
+        }
+        h.count += 1;
+        h.mean += (g - h.mean) / f64::from(h.count);
+        if h.count < rt.consecutive {
+            return;
+        }
+        let level = h.mean;
+        self.restart(level);
+    }
+
+    /// Re-tuning: a new bracket search from the current N, whose goodput is
+    /// now `level`: up first; if that first step is not better, down.
+    fn restart(&mut self, level: f64) {
+        let n = self.current;
+        let here = Point { n, own: level, reference: level };
+        self.report.retunes = self.report.retunes.saturating_add(1);
+        self.report.final_n = None;
+        let next = if n < self.cfg.n_max {
+            self.state = State::Up { lower: self.cfg.n_min - 1, best: Some(here), may_turn_down: true };
+            self.cfg.up(n)
+        } else if n > self.cfg.n_min {
+            self.state = State::Down { upper: n, best: here };
+            self.cfg.down(n)
+        } else {
+            // n_min == n_max: nothing to search; hold again at the new level.
+            self.golden(Bracket { l: n, m: n, r: n }, here)
+        };
+        self.record_step(StepRecord {
+            interval: self.intervals,
+            phase: Phase::Converged,
+            n,
+            goodput_bytes_per_s: level,
+            next_n: next,
+            bracket: None,
+        });
+        self.move_to(next);
+    }
+
+    fn record_bracket(&mut self, b: Bracket) {
+        if self.report.bracket_history.len() < MAX_HISTORY {
+            self.report.bracket_history.push(b);
+        } else {
+            self.report.history_truncated += 1;
+        }
+    }
+
+    fn record_step(&mut self, s: StepRecord) {
+        if self.report.steps.len() < MAX_HISTORY {
+            self.report.steps.push(s);
+        } else {
+            self.report.history_truncated += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RetuneConfig;
+
+    /// A concave G(N) peaking at 6, as in the paper's figures 2 and 3.
+    fn peak6(n: usize) -> f64 {
+        100.0 - (n as f64 - 6.0).powi(2)
+    }
+
+    fn sample(n: usize, g: f64) -> Sample {
+        Sample { n, goodput_bytes_per_s: g, duration_s: 1.0 }
+    }
+
+    fn run(t: &mut Tuner, g: impl Fn(usize) -> f64, limit: usize) -> Vec<usize> {
+        let mut seen = vec![t.current()];
+        for _ in 0..limit {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            let step = t.observe(sample(n, g(n)));
+            seen.push(step.next_n);
+        }
+        seen
+    }
+
+    #[test]
+    fn paper_worked_example() {
+        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
+        let seen = run(&mut t, peak6, 100);
+        // 1 -> 2 -> 4 -> 8, then 6 -> 7 -> 5, then fixed at 6.
+        assert_eq!(seen, vec![1, 2, 4, 8, 6, 7, 5, 6]);
+        let r = t.report();
+        let b = |l, m, r| Bracket { l, m, r };
+        assert_eq!(r.bracket_history, vec![b(2, 4, 8), b(4, 6, 8), b(4, 6, 7), b(5, 6, 7)]);
+        assert_eq!(r.final_n, Some(6));
+        assert_eq!(r.phase, Phase::Converged);
+        assert_eq!(r.converged_at_interval, Some(7));
+        let phases: Vec<Phase> = r.steps.iter().map(|s| s.phase).collect();
+        use Phase::*;
+        assert_eq!(phases, vec![BracketUp, BracketUp, BracketUp, BracketUp, Golden, Golden, Golden]);
+        // Holding: further samples change nothing (no re-tuning in the paper).
+        for g in [1.0, 1e9, 0.0] {
+            let s = t.observe(sample(6, g));
+            assert_eq!((s.next_n, s.phase, s.sample), (6, Converged, SampleUse::Used));
+        }
+        let json = serde_json::to_string(&t.report()).unwrap();
+        assert!(json.contains("\"final_n\":6") && json.contains("\"phase\":\"converged\""));
+    }
+
+    #[test]
+    fn table1_start_and_first_step_worse() {
+        // N0 = 4 and G(8) < G(4): the bracket is (0, 4, 8), so 1..3 stay
+        // reachable; with G peaking at 1 the search ends there.
+        let mut t = Tuner::new(TunerConfig::paper()).unwrap();
+        run(&mut t, |n| 100.0 - n as f64, 100);
+        assert_eq!(t.report().bracket_history[0], Bracket { l: 0, m: 4, r: 8 });
+        assert_eq!(t.converged(), Some(1));
+    }
+
+    #[test]
+    fn clamped_at_n_max_while_rising() {
+        // Rising up to 100, n_max = 64: bracket (32, 64, 64), converges at 64.
+        let cfg = TunerConfig { n_max: 64, ..TunerConfig::paper() };
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let seen = run(&mut t, |n| n as f64, 100);
+        assert_eq!(&seen[..5], &[4, 8, 16, 32, 64]);
+        assert_eq!(t.report().bracket_history[0], Bracket { l: 32, m: 64, r: 64 });
+        assert_eq!(t.converged(), Some(64));
+        // Peak at 50 between the last two bracket points: found.
+        let mut t = Tuner::new(cfg).unwrap();
+        run(&mut t, |n| 1000.0 - (n as f64 - 50.0).abs(), 100);
+        assert_eq!(t.converged(), Some(50));
+        // n0 = n_min = n_max: converges on the first sample.
+        let one = TunerConfig { n0: 3, n_min: 3, n_max: 3, ..TunerConfig::paper() };
+        let mut t = Tuner::new(one).unwrap();
+        assert_eq!(run(&mut t, |_| 1.0, 10), vec![3, 3]);
+        assert_eq!(t.converged(), Some(3));
+    }
+
+    #[test]
+    fn flat_goodput_stays_small() {
+        // All ties: the bracket search stops at the first step.
+        let mut t = Tuner::new(TunerConfig::default()).unwrap();
+        for _ in 0..100 {
+            let n = t.current();
+            t.observe(sample(n, 5.0));
+        }
+        assert!(t.converged().is_some_and(|n| n <= 4), "{:?}", t.converged());
+    }
+
+    #[test]
+    fn bad_and_stale_samples_are_ignored() {
+        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
+        for g in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0] {
+            let s = t.observe(sample(1, g));
+            assert_eq!((s.next_n, s.sample), (1, SampleUse::Invalid));
+            assert!(s.discarded());
+        }
+        for d in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let s = t.observe(Sample { n: 1, goodput_bytes_per_s: 5.0, duration_s: d });
+            assert_eq!(s.sample, SampleUse::Invalid);
+        }
+        let s = t.observe(sample(3, 5.0));
+        assert_eq!((s.next_n, s.sample), (1, SampleUse::Stale));
+        // The worked example still comes out the same.
+        assert_eq!(run(&mut t, peak6, 100), vec![1, 2, 4, 8, 6, 7, 5, 6]);
+        let d = t.report().discards;
+        assert_eq!((d.invalid, d.stale, d.warmup), (8, 1, 0));
+        assert_eq!(t.report().intervals, 16);
+    }
+
+    #[test]
+    fn discard_first_interval_after_change() {
+        // Slow start: in the first interval after N grows from a to b, the
+        // new sessions deliver nothing yet and goodput reads G(b) * a / b.
+        // Without discarding, 1 -> 2 looks worse and the search stops at 1;
+        // with it, the paper's trajectory comes back, one extra interval
+        // per point.
+        let warm = |cfg: TunerConfig| {
+            let mut t = Tuner::new(cfg).unwrap();
+            let mut before = 1;
+            let mut fresh = false;
+            for _ in 0..100 {
+                if t.converged().is_some() {
+                    break;
+                }
+                let n = t.current();
+                let g = peak6(n);
+                let g = if fresh && before < n { g * before as f64 / n as f64 } else { g };
+                let s = t.observe(sample(n, g));
+                fresh = s.next_n != n;
+                if fresh {
+                    before = n;
+                }
+                if t.config().discard_after_change {
+                    assert_eq!(s.next_is_warmup, s.next_n != n);
+                }
+            }
+            t
+        };
+        let paper = TunerConfig { n0: 1, ..TunerConfig::paper() };
+        let t = warm(paper.clone());
+        assert_eq!(t.converged(), Some(1));
+        let t = warm(TunerConfig { discard_after_change: true, ..paper });
+        assert_eq!(t.converged(), Some(6));
+        let r = t.report();
+        assert_eq!(r.discards.warmup, 7);
+        assert_eq!(r.converged_at_interval, Some(14));
+        let n: Vec<usize> = r.steps.iter().map(|s| s.n).collect();
+        assert_eq!(n, vec![1, 2, 4, 8, 6, 7, 5]);
+    }
+
+    #[test]
+    fn averages_samples_per_point() {
+        // Alternating +-30 % noise: single samples mislead, pairs average out.
+        let cfg = TunerConfig { n0: 1, samples_per_point: 2, ..TunerConfig::paper() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let mut k = 0u32;
+        while t.converged().is_none() && k < 100 {
+            let n = t.current();
+            let first = k & 1 == 0;
+            let noise = if first { 1.3 } else { 0.7 };
+            let s = t.observe(sample(n, peak6(n) * noise));
+            assert_eq!(s.sample, if first { SampleUse::Pending } else { SampleUse::Used });
+            k += 1;
+        }
+        assert_eq!(t.converged(), Some(6));
+        assert_eq!(k, 14);
+    }
+
+    #[test]
+    fn duration_weights_the_average() {
+        let cfg = TunerConfig { n0: 1, samples_per_point: 2, ..TunerConfig::paper() };
+        let mut t = Tuner::new(cfg).unwrap();
+        t.observe(Sample { n: 1, goodput_bytes_per_s: 10.0, duration_s: 3.0 });
+        t.observe(Sample { n: 1, goodput_bytes_per_s: 30.0, duration_s: 1.0 });
+        assert_eq!(t.report().steps[0].goodput_bytes_per_s, 15.0);
+    }
+
+    #[test]
+    fn tolerance_prefers_fewer_sessions() {
+        // A plateau from 10 on with 1 % gains per doubling: the paper climbs
+        // to n_max, a 3 % tolerance stops at the knee.
+        let g = |n: usize| if n < 10 { n as f64 } else { 10.0 * (1.0 + 0.01 * (n as f64).log2()) };
+        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
+        run(&mut t, g, 200);
+        assert_eq!(t.converged(), Some(128));
+        let robust = TunerConfig { n0: 1, tolerance: 0.03, ..TunerConfig::paper() };
+        let mut t = Tuner::new(robust).unwrap();
+        run(&mut t, g, 200);
+        let n = t.converged().unwrap();
+        assert!((10..=16).contains(&n), "{n}");
+        // Each doubling past the knee gains less than the tolerance, so the
+        // tuner stays there; the gains it forgoes add up to 3.5 % here.
+        assert!(g(n) >= 0.96 * g(128));
+    }
+
+    #[test]
+    fn retune_restarts_after_consecutive_deviations() {
+        let rt = RetuneConfig { threshold: 0.2, consecutive: 3 };
+        let cfg = TunerConfig { n0: 1, retune: Some(rt), ..TunerConfig::paper() };
+        let mut t = Tuner::new(cfg).unwrap();
+        run(&mut t, peak6, 100);
+        assert_eq!(t.converged(), Some(6));
+        // In-band wobble and isolated or alternating outliers: no restart.
+        for g in [95.0, 105.0, 50.0, 100.0, 150.0, 50.0, 150.0, 100.0] {
+            assert_eq!(t.observe(sample(6, g)).phase, Phase::Converged);
+        }
+        // The optimum moves to 2: three low intervals in a row at 6, then
+        // search again, up first.
+        let moved = |n: usize| 50.0 / (1.0 + (n as f64 - 2.0).abs());
+        assert_eq!(t.observe(sample(6, moved(6))).next_n, 6);
+        assert_eq!(t.observe(sample(6, moved(6))).next_n, 6);
+        let s = t.observe(sample(6, moved(6)));
+        assert_eq!((s.next_n, s.phase), (12, Phase::BracketUp));
+        assert_eq!(t.report().retunes, 1);
+        assert_eq!(t.report().final_n, None);
+        // 12 is worse than the new level: turn down, 6 -> 3 is better, 2 too,
+        // 1 is worse: bracket (1, 2, 3) and converged at 2.
+        assert_eq!(t.observe(sample(12, moved(12))).next_n, 3);
+        assert_eq!(t.phase(), Phase::BracketDown);
+        let rest = run(&mut t, moved, 100);
+        assert_eq!(rest, vec![3, 2, 1, 2]);
+        assert_eq!(t.converged(), Some(2));
+    }
+}
