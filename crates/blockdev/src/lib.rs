@@ -6,9 +6,11 @@
 //! endpoints (NBD, iSCSI, local files) through the trait and measures the
 //! goodput of completed requests.
 
+pub mod control;
 pub mod endpoint;
 pub mod local;
 pub mod pool;
+pub mod tcplog;
 
 pub use endpoint::{
     BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,

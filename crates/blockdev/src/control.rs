@@ -1,0 +1,184 @@
+//! Goodput monitoring and the tuning loop (seed 000, sections 4.4-4.5).
+//!
+//! Every interval the controller reads a byte counter that only grows when
+//! requests *complete* (never on submission), turns the difference into a
+//! goodput sample, and, with a tuner, feeds the sample to
+//! [`wanblk_apt::Tuner`] and applies the answer to every pool with
+//! [`Pool::set_active`]. Without a tuner it only records samples (fixed N).
+//!
+//! The interval is either fixed (`--interval 2s`) or chosen from the path
+//! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
+//! active session (RTT from `TCP_INFO`) and long enough for every session to
+//! complete several requests; a sample taken right after N changed is a
+//! short warm-up the tuner discards.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use wanblk_apt::{IntervalPolicy, PathSnapshot, Tuner, TunerConfig, TuningReport};
+
+use crate::pool::Pool;
+
+/// How long each measurement interval is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum IntervalChoice {
+    /// Always this long.
+    Fixed(Duration),
+    /// From the path (RTT, goodput, request size), per [`IntervalPolicy`].
+    Auto(IntervalPolicy),
+}
+
+/// What the controller does.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// Tune N with this tuner configuration; `None` keeps N fixed.
+    pub tuner: Option<TunerConfig>,
+    /// Interval rule.
+    pub interval: IntervalChoice,
+}
+
+/// One measured interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalSample {
+    /// End of the interval, seconds since the controller started.
+    pub t_s: f64,
+    /// Active sessions during the interval.
+    pub n: usize,
+    /// Goodput over the interval in Mbit/s (10^6 bits per second).
+    pub goodput_mbps: f64,
+    /// Length of the interval in seconds.
+    pub duration_s: f64,
+    /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
+    pub rtt_ms: f64,
+    /// The tuner ignored this sample (warm-up after a change of N, or the
+    /// partial last interval).
+    pub discarded: bool,
+}
+
+/// Shared, readable-while-running state of a controller.
+#[derive(Debug, Default)]
+pub struct ControlState {
+    samples: Mutex<Vec<IntervalSample>>,
+    report: Mutex<Option<TuningReport>>,
+    current_n: std::sync::atomic::AtomicUsize,
+}
+
+impl ControlState {
+    /// Samples so far.
+    pub fn samples(&self) -> Vec<IntervalSample> {
+        self.samples.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// The tuner's record so far (None with a fixed N).
+    pub fn tuning(&self) -> Option<TuningReport> {
+        self.report.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// The active N now.
+    pub fn current_n(&self) -> usize {
+        self.current_n.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Largest smoothed RTT, in seconds, among the active sessions of `pools`.
+fn max_rtt_s(pools: &[Arc<Pool>]) -> f64 {
+    pools
+        .iter()
+        .flat_map(|p| p.session_tcp_info())
+        .filter(|(_, active, _)| *active)
+        .flat_map(|(_, _, infos)| infos)
+        .map(|i| f64::from(i.rtt_us) / 1e6)
+        .fold(0.0, f64::max)
+}
+
+/// Runs the monitoring (and tuning) loop until `stop` turns true, then
+/// records the partial last interval and returns.
+///
+/// `completed` must return bytes of *completed* requests (monotonic).
+///
+/// # Errors
+/// A tuner configuration the tuner rejects.
+pub async fn run(
+    pools: Vec<Arc<Pool>>,
+    completed: impl Fn() -> u64,
+    config: ControlConfig,
+    state: Arc<ControlState>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), wanblk_apt::ConfigError> {
+    let n_max = pools.iter().map(|p| p.max_sessions()).min().unwrap_or(1);
+    let mut tuner = match config.tuner {
+        Some(mut cfg) => {
+            cfg.n_max = cfg.n_max.min(n_max).max(cfg.n_min);
+            cfg.n0 = cfg.n0.clamp(cfg.n_min, cfg.n_max);
+            Some(Tuner::new(cfg)?)
+        }
+        None => None,
+    };
+    let set_all = |n: usize| -> usize { pools.iter().map(|p| p.set_active(n)).min().unwrap_or(n) };
+    let mut n = match &tuner {
+        Some(t) => set_all(t.current()),
+        None => pools.iter().map(|p| p.active()).min().unwrap_or(1),
+    };
+    state.current_n.store(n, std::sync::atomic::Ordering::Relaxed);
+    let request_bytes = pools.iter().map(|p| u64::from(p.request_size())).max().unwrap_or(4 << 20);
+    let start = Instant::now();
+    let mut last_t = start;
+    let mut last_bytes = completed();
+    let mut last_goodput = f64::NAN;
+    loop {
+        let rtt = max_rtt_s(&pools);
+        let warmup = tuner.as_ref().is_some_and(|t| t.next_is_warmup());
+        let interval = match config.interval {
+            IntervalChoice::Fixed(d) => d,
+            IntervalChoice::Auto(policy) => Duration::from_secs_f64(policy.interval_s(&PathSnapshot {
+                max_rtt_s: rtt,
+                goodput_bytes_per_s: last_goodput,
+                sessions: n,
+                request_bytes,
+                window_bytes: None,
+                warmup,
+            })),
+        };
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(interval) => false,
+            r = stop.wait_for(|s| *s) => { let _ = r; true }
+        };
+        let now = Instant::now();
+        let bytes = completed();
+        let dt = now.duration_since(last_t).as_secs_f64();
+        let goodput = if dt > 0.0 { (bytes - last_bytes) as f64 / dt } else { f64::NAN };
+        let mut sample = IntervalSample {
+            t_s: now.duration_since(start).as_secs_f64(),
+            n,
+            goodput_mbps: goodput * 8.0 / 1e6,
+            duration_s: dt,
+            rtt_ms: rtt * 1e3,
+            discarded: stopped,
+        };
+        last_t = now;
+        last_bytes = bytes;
+        if stopped {
+            // The last, partial interval: recorded but not a tuning input.
+            if dt > 0.0 {
+                state.samples.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+            }
+            break;
+        }
+        last_goodput = goodput;
+        if let Some(t) = tuner.as_mut() {
+            let step = t.observe(wanblk_apt::Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
+            sample.discarded = step.discarded();
+            if step.next_n != n {
+                n = set_all(step.next_n);
+                tracing::info!(from = sample.n, to = n, phase = ?step.phase, "tuner changed N");
+            }
+            *state.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.report());
+        }
+        state.current_n.store(n, std::sync::atomic::Ordering::Relaxed);
+        state.samples.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+    }
+    if let Some(t) = &tuner {
+        *state.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.report());
+    }
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! Where data comes from and goes to: parsing the location arguments of
+//! `wanblk copy` and opening them as endpoints.
+//!
+//! Network stores (NBD, iSCSI) open as a [`Pool`] of sessions; local files
+//! and `null:` open directly. A destination file that does not exist yet is
+//! written under a `.wanblk-part` name and renamed only when the copy
+//! completes, so a failed copy never leaves a file that looks complete.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use wanblk_blockdev::local::{FileEndpoint, NullEndpoint};
+use wanblk_blockdev::pool::{Pool, PoolConfig};
+use wanblk_blockdev::{Connector, Endpoint};
+
+use crate::units::parse_size;
+
+/// A parsed location argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// `nbd://...`, `nbd+unix://...`
+    Nbd(String),
+    /// `iscsi://...`
+    Iscsi(String),
+    /// A local file or block device.
+    File(PathBuf),
+    /// `null:` (or `null:SIZE` as a source of zeroes).
+    Null(Option<u64>),
+}
+
+impl Location {
+    /// Parses a location as users write it.
+    pub(crate) fn parse(s: &str) -> anyhow::Result<Location> {
+        if let Some(rest) = s.strip_prefix("null:") {
+            let size = if rest.is_empty() { None } else { Some(parse_size(rest).map_err(anyhow::Error::msg)?) };
+            return Ok(Location::Null(size));
+        }
+        let lower = s.to_ascii_lowercase();
+        if ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://", "nbd+vsock://"].iter().any(|p| lower.starts_with(p)) {
+            return Ok(Location::Nbd(s.to_string()));
+        }
+        if lower.starts_with("iscsi://") {
+            return Ok(Location::Iscsi(s.to_string()));
+        }
+        if let Some(path) = s.strip_prefix("file://") {
+            return Ok(Location::File(PathBuf::from(path)));
+        }
+        if let Some((scheme, _)) = s.split_once("://") {
+            bail!(
+                "unknown location scheme {scheme:?} in {s:?}: expected nbd://, nbd+unix://, iscsi://, null: or a file path"
+            );
+        }
+        if s.is_empty() {
+            bail!("empty location");
+        }
+        Ok(Location::File(PathBuf::from(s)))
+    }
+
+    /// True for stores reached over the network (opened as a session pool).
+    pub(crate) fn is_network(&self) -> bool {
+        matches!(self, Location::Nbd(_) | Location::Iscsi(_))
+    }
+}
+
+/// Options for opening network stores.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NetOptions {
+    /// Session pool shape.
+    pub(crate) pool: PoolConfig,
+    /// TCP congestion control for our sockets (e.g. "cubic", "bbr").
+    pub(crate) congestion: Option<String>,
+    /// Ask NBD servers for structured replies.
+    pub(crate) structured_replies: bool,
+    /// iSCSI: several sessions, or several connections in one session (MC/S).
+    pub(crate) iscsi_mcs: bool,
+    /// iSCSI login key overrides.
+    pub(crate) iscsi_params: Vec<(String, String)>,
+}
+
+/// An opened endpoint and what it takes to finish with it.
+pub(crate) struct Opened {
+    /// The endpoint to copy from or to.
+    pub(crate) endpoint: Arc<dyn Endpoint>,
+    /// The session pool behind a network endpoint.
+    pub(crate) pool: Option<Arc<Pool>>,
+    /// A `.wanblk-part` file to rename into place after success.
+    pub(crate) part: Option<(PathBuf, PathBuf)>,
+    /// The destination is known to read as zeroes (new file, null:).
+    pub(crate) known_zero: bool,
+    /// Things the user should know.
+    pub(crate) notes: Vec<String>,
+}
+
+impl Opened {
+    fn plain(endpoint: Arc<dyn Endpoint>) -> Opened {
+        Opened { endpoint, pool: None, part: None, known_zero: false, notes: Vec::new() }
+    }
+
+    /// After a successful copy: flush a new file and move it into place.
+    pub(crate) async fn commit(&self) -> anyhow::Result<()> {
+        if let Some((part, fin)) = &self.part {
+            self.endpoint.flush().await.with_context(|| format!("flushing {}", part.display()))?;
+            std::fs::rename(part, fin)
+                .with_context(|| format!("renaming {} to {}", part.display(), fin.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The connector for a network location.
+fn connector(loc: &Location, opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
+    match loc {
+        Location::Nbd(uri) => crate::drivers::nbd_connector(uri, opts),
+        Location::Iscsi(uri) => crate::drivers::iscsi_connector(uri, opts),
+        _ => bail!("not a network location"),
+    }
+}
+
+async fn open_network(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
+    let c = connector(loc, opts)?;
+    let pool = Arc::new(Pool::open(c, opts.pool).await?);
+    let notes = pool.notes();
+    Ok(Opened { endpoint: pool.clone(), pool: Some(pool), part: None, known_zero: false, notes })
+}
+
+/// Opens a copy source.
+pub(crate) async fn open_source(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
+    match loc {
+        Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
+        Location::File(p) => Ok(Opened::plain(Arc::new(FileEndpoint::open(p, false)?))),
+        Location::Null(size) => match size {
+            Some(s) => Ok(Opened::plain(Arc::new(NullEndpoint::new(*s)))),
+            None => bail!("null: as a source needs a size, e.g. null:1G"),
+        },
+    }
+}
+
+/// The `.wanblk-part` name a new destination file is written under.
+pub(crate) fn part_path(p: &Path) -> PathBuf {
+    let mut name = p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".wanblk-part");
+    p.with_file_name(name)
+}
+
+/// Opens a copy destination for a source of `size` bytes.
+pub(crate) async fn open_destination(loc: &Location, size: u64, opts: &NetOptions) -> anyhow::Result<Opened> {
+    match loc {
+        Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
+        Location::Null(_) => {
+            let mut o = Opened::plain(Arc::new(NullEndpoint::new(size)));
+            o.known_zero = true;
+            Ok(o)
+        }
+        Location::File(p) => match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let part = part_path(p);
+                let ep = FileEndpoint::create(&part, size)?;
+                let mut o = Opened::plain(Arc::new(ep));
+                o.part = Some((part, p.clone()));
+                o.known_zero = true;
+                Ok(o)
+            }
+            Err(e) => Err(e).with_context(|| format!("cannot use destination {}", p.display())),
+            Ok(meta) => {
+                let mut ep = FileEndpoint::open(p, true)?;
+                let mut notes = Vec::new();
+                if meta.is_file() && ep.size() < size {
+                    ep.set_len(size)?;
+                    notes.push(format!("{}: extended to {size} bytes", p.display()));
+                } else if ep.size() > size {
+                    notes.push(format!(
+                        "{}: destination is larger ({} bytes) than the source; bytes past {size} are left as they were",
+                        p.display(),
+                        ep.size()
+                    ));
+                }
+                let mut o = Opened::plain(Arc::new(ep));
+                o.notes = notes;
+                Ok(o)
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_locations() {
+        assert_eq!(Location::parse("null:").unwrap(), Location::Null(None));
+        assert_eq!(Location::parse("null:1G").unwrap(), Location::Null(Some(1 << 30)));
+        assert!(matches!(Location::parse("nbd://h/e").unwrap(), Location::Nbd(_)));
+        assert!(matches!(Location::parse("NBD+unix:///e?socket=/s").unwrap(), Location::Nbd(_)));
+        assert!(matches!(Location::parse("iscsi://h/iqn.x/1").unwrap(), Location::Iscsi(_)));
+        assert_eq!(Location::parse("/tmp/x.img").unwrap(), Location::File("/tmp/x.img".into()));
+        assert_eq!(Location::parse("file:///tmp/x").unwrap(), Location::File("/tmp/x".into()));
+        let e = Location::parse("http://x/y").unwrap_err().to_string();
+        assert!(e.contains("unknown location scheme \"http\""), "{e}");
+        assert!(Location::parse("null:zz").is_err());
+        assert!(Location::parse("").is_err());
+    }
+
+    #[test]
+    fn part_names() {
+        assert_eq!(part_path(Path::new("/a/b.img")), PathBuf::from("/a/b.img.wanblk-part"));
+    }
+}

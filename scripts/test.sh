@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Command 2 of the README: set up and run the whole test suite: format and
+# lint checks, unit and property tests, and the integration tests against
+# real peers (nbdkit, qemu-nbd, nbd-server, tgtd, nbdinfo, nbdcopy, qemu-img)
+# and the emulated WAN (needs root for network namespaces).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked "$@"
