@@ -1,0 +1,667 @@
+//! One connection in the full feature phase (RFC 7143 section 4.2): SCSI
+//! commands matched by initiator task tag, Data-In reassembly with DataSN
+//! and buffer-offset checks, R2T -> Data-Out sequences, immediate and
+//! unsolicited data, NOP-In/NOP-Out, Reject, Async Message and logout.
+//!
+//! Sans-I/O: [`Connection::start_command`] and friends queue PDUs that
+//! [`Connection::poll_transmit`] hands out; [`Connection::handle_input`]
+//! consumes received bytes and queues [`Event`]s for
+//! [`Connection::poll_event`]. The session-wide command window
+//! ([`CmdWindow`]) is passed in, so several connections of one MC/S
+//! session can share it.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{CommandError, ConnError};
+use crate::keys::Params;
+use crate::pdu::{
+    BHS_LEN, Codec, DataIn, DataOut, Header, LogoutRequest, NopIn, NopOut, OutPdu, Pdu, R2t, RESERVED_TAG,
+    Reject, ScsiCommand, ScsiResponse, logout_reason, reject_reason_text,
+};
+use crate::scsi::{Cdb, Sense, status};
+use crate::serial;
+
+/// Encodes LUN `n` (SAM-5 section 4.7): peripheral addressing below 256,
+/// flat space addressing up to 16383.
+pub fn encode_lun(n: u16) -> u64 {
+    let b: [u8; 2] = if n < 256 { [0, n as u8] } else { [0x40 | ((n >> 8) as u8 & 0x3f), n as u8] };
+    u64::from(u16::from_be_bytes(b)) << 48
+}
+
+/// The session-wide command window: CmdSN, ExpCmdSN, MaxCmdSN (RFC 7143
+/// section 4.2.2.1). In an MC/S session all connections share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdWindow {
+    next: u32,
+    exp: u32,
+    max: u32,
+}
+
+impl CmdWindow {
+    /// A window after login: the next CmdSN to use and the target's
+    /// ExpCmdSN and MaxCmdSN from the final Login Response.
+    pub fn new(cmd_sn: u32, exp_cmd_sn: u32, max_cmd_sn: u32) -> CmdWindow {
+        let mut w = CmdWindow { next: cmd_sn, exp: exp_cmd_sn, max: exp_cmd_sn.wrapping_sub(1) };
+        w.update(exp_cmd_sn, max_cmd_sn);
+        w
+    }
+
+    /// A non-immediate command may be sent now (CmdSN <= MaxCmdSN).
+    pub fn is_open(&self) -> bool {
+        serial::le(self.next, self.max)
+    }
+
+    /// Takes the next CmdSN if the window is open.
+    pub fn take(&mut self) -> Option<u32> {
+        if !self.is_open() {
+            return None;
+        }
+        let sn = self.next;
+        self.next = self.next.wrapping_add(1);
+        Some(sn)
+    }
+
+    /// The CmdSN an immediate PDU carries (not advanced).
+    pub fn current(&self) -> u32 {
+        self.next
+    }
+
+    /// ExpCmdSN and MaxCmdSN.
+    pub fn bounds(&self) -> (u32, u32) {
+        (self.exp, self.max)
+    }
+
+    /// Applies ExpCmdSN/MaxCmdSN from a target PDU. Returns whether the
+    /// window opened further. Values that go backwards are ignored, and so
+    /// is a MaxCmdSN below ExpCmdSN - 1 (RFC 7143 section 4.2.2.1).
+    pub fn update(&mut self, exp: u32, max: u32) -> bool {
+        if serial::lt(max, exp.wrapping_sub(1)) {
+            return false;
+        }
+        if serial::gt(exp, self.exp) {
+            self.exp = exp;
+        }
+        if serial::gt(max, self.max) {
+            self.max = max;
+            return true;
+        }
+        false
+    }
+}
+
+/// Data direction and payload of a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataDir {
+    /// No data.
+    None,
+    /// Read up to this many bytes.
+    Read(u32),
+    /// Write these bytes.
+    Write(Bytes),
+}
+
+/// One SCSI command to issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The CDB.
+    pub cdb: Cdb,
+    /// Data direction.
+    pub dir: DataDir,
+}
+
+/// A command that completed with GOOD status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Data read (possibly less than asked for, see `residual`).
+    pub data: Bytes,
+    /// Residual underflow count reported by the target.
+    pub residual: u32,
+}
+
+/// What the connection reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A command finished.
+    Completed {
+        /// Its initiator task tag.
+        itt: u32,
+        /// Its outcome.
+        result: Result<Outcome, CommandError>,
+    },
+    /// A NOP-Out ping was answered.
+    Pong {
+        /// The ping's task tag.
+        itt: u32,
+    },
+    /// The logout finished; the transport may be closed.
+    LoggedOut {
+        /// Logout response code (0: success).
+        response: u8,
+    },
+    /// The target asks for a logout (Async Message event 1).
+    LogoutRequested,
+    /// The target rejected a PDU that belongs to no command.
+    Rejected {
+        /// Reason text.
+        reason: &'static str,
+    },
+}
+
+#[derive(Debug)]
+struct Task {
+    expected_len: u32,
+    kind: TaskKind,
+}
+
+#[derive(Debug)]
+enum TaskKind {
+    /// Read or no-data command: Data-In comes in order.
+    Read { segments: Vec<Bytes>, received: u32, next_data_sn: u32 },
+    /// Write command: R2Ts ask for the rest after the unsolicited burst.
+    Write { data: Bytes, next_r2t_sn: u32 },
+}
+
+/// Phases of the connection after login (RFC 7143 section 8.1.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Full feature phase.
+    FullFeature,
+    /// Logout Request sent (section 11.14): no new commands.
+    LoggingOut { itt: u32 },
+    /// Logout Response received.
+    LoggedOut,
+    /// A fatal error ended the connection.
+    Failed(ConnError),
+}
+
+/// The largest data segment this side emits, whatever the target declared
+/// (a write is never bigger than one command's data anyway).
+const MAX_OUT_SEGMENT: u32 = 16 << 20;
+
+/// One full-feature connection.
+#[derive(Debug)]
+pub struct Connection {
+    codec: Codec,
+    params: Params,
+    lun: u64,
+    exp_stat_sn: u32,
+    next_itt: u32,
+    tasks: HashMap<u32, Task>,
+    pings: HashMap<u32, ()>,
+    tx: VecDeque<OutPdu>,
+    events: VecDeque<Event>,
+    phase: Phase,
+}
+
+impl Connection {
+    /// A connection after a successful login with `params`, talking to
+    /// `lun` (encoded, see [`encode_lun`]).
+    pub fn new(params: Params, lun: u64, exp_stat_sn: u32) -> Connection {
+        Connection {
+            codec: Codec {
+                header_digest: params.header_digest,
+                data_digest: params.data_digest,
+                max_recv_data: params.max_recv_data_segment,
+            },
+            params,
+            lun,
+            exp_stat_sn,
+            next_itt: 1,
+            tasks: HashMap::new(),
+            pings: HashMap::new(),
+            tx: VecDeque::new(),
+            events: VecDeque::new(),
+            phase: Phase::FullFeature,
+        }
+    }
+
+    /// The negotiated values in force.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Commands in flight.
+    pub fn in_flight(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The error that ended the connection, if one did.
+    pub fn error(&self) -> Option<&ConnError> {
+        match &self.phase {
+            Phase::Failed(e) => Some(e),
+            Phase::LoggedOut => Some(&ConnError::LoggedOut),
+            _ => None,
+        }
+    }
+
+    fn alloc_itt(&mut self) -> u32 {
+        loop {
+            let itt = self.next_itt;
+            self.next_itt = self.next_itt.wrapping_add(1);
+            if itt != RESERVED_TAG && !self.tasks.contains_key(&itt) && !self.pings.contains_key(&itt) {
+                return itt;
+            }
+        }
+    }
+
+    fn check_usable(&self) -> Result<(), ConnError> {
+        match &self.phase {
+            Phase::FullFeature => Ok(()),
+            Phase::LoggingOut { .. } | Phase::LoggedOut => Err(ConnError::LoggedOut),
+            Phase::Failed(e) => Err(e.clone()),
+        }
+    }
+
+    fn max_out_segment(&self) -> usize {
+        self.params.max_send_data_segment.clamp(512, MAX_OUT_SEGMENT) as usize
+    }
+
+    /// Queues `cmd` with CmdSN `cmd_sn` (taken from the session's
+    /// [`CmdWindow`]) and returns its initiator task tag. Immediate data and
+    /// unsolicited Data-Out are queued as negotiated (RFC 7143 sections 4.2.5,
+    /// 13.10, 13.11, 13.14).
+    ///
+    /// # Errors
+    /// The connection is failed or logging out; or a write over 4 GiB.
+    pub fn start_command(&mut self, cmd: Command, cmd_sn: u32) -> Result<u32, ConnError> {
+        self.check_usable()?;
+        let itt = self.alloc_itt();
+        let (read, write, expected_len) = match &cmd.dir {
+            DataDir::None => (false, false, 0),
+            DataDir::Read(n) => (true, false, *n),
+            DataDir::Write(d) => (
+                false,
+                true,
+                u32::try_from(d.len()).map_err(|_| ConnError::Closed("write over 4 GiB".into()))?,
+            ),
+        };
+        let seg = self.max_out_segment();
+        let (immediate, unsolicited) = match &cmd.dir {
+            DataDir::Write(d) => {
+                let first = (self.params.first_burst as usize).min(d.len());
+                let imm = if self.params.immediate_data { first.min(seg) } else { 0 };
+                let unsol = if self.params.initial_r2t { imm } else { first };
+                (imm, unsol)
+            }
+            _ => (0, 0),
+        };
+        let header = Header::ScsiCommand(ScsiCommand {
+            immediate: false,
+            final_: unsolicited == immediate,
+            read,
+            write,
+            attr: 1, // SIMPLE
+            lun: self.lun,
+            itt,
+            expected_len,
+            cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            cdb: cmd.cdb,
+        });
+        let (kind, imm_data) = match cmd.dir {
+            DataDir::Write(data) => {
+                let imm = data.slice(..immediate);
+                (TaskKind::Write { data, next_r2t_sn: 0 }, imm)
+            }
+            _ => (TaskKind::Read { segments: Vec::new(), received: 0, next_data_sn: 0 }, Bytes::new()),
+        };
+        self.tx.push_back(self.codec.encode(&header, imm_data));
+        if let TaskKind::Write { data, .. } = &kind
+            && unsolicited > immediate
+        {
+            let data = data.clone();
+            self.queue_data_out(itt, RESERVED_TAG, &data, immediate, unsolicited);
+        }
+        self.tasks.insert(itt, Task { expected_len, kind });
+        Ok(itt)
+    }
+
+    /// Queues Data-Out PDUs for `data[from..to]`, one sequence (RFC 7143 section 11.7).
+    fn queue_data_out(&mut self, itt: u32, ttt: u32, data: &Bytes, from: usize, to: usize) {
+        let seg = self.max_out_segment();
+        let mut off = from;
+        let mut data_sn = 0u32;
+        while off < to {
+            let n = seg.min(to - off);
+            let h = Header::DataOut(DataOut {
+                final_: off + n == to,
+                lun: self.lun,
+                itt,
+                ttt,
+                exp_stat_sn: self.exp_stat_sn,
+                data_sn,
+                buffer_offset: off as u32,
+            });
+            self.tx.push_back(self.codec.encode(&h, data.slice(off..off + n)));
+            off += n;
+            data_sn = data_sn.wrapping_add(1);
+        }
+    }
+
+    /// Queues a NOP-Out ping (immediate, CmdSN not advanced) and returns its
+    /// task tag; a [`Event::Pong`] reports the answer.
+    ///
+    /// # Errors
+    /// The connection is failed or logging out.
+    pub fn ping(&mut self, window: &CmdWindow) -> Result<u32, ConnError> {
+        self.check_usable()?;
+        let itt = self.alloc_itt();
+        self.pings.insert(itt, ());
+        let h = Header::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt,
+            ttt: RESERVED_TAG,
+            cmd_sn: window.current(),
+            exp_stat_sn: self.exp_stat_sn,
+        });
+        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        Ok(itt)
+    }
+
+    /// Queues a Logout Request (immediate): `close_session` closes the whole
+    /// session, otherwise only connection `cid` (RFC 7143 section 11.14).
+    /// Commands still in flight complete first on the target's side; call
+    /// this once none remain (seed 002: a connection closes only after its
+    /// outstanding commands finish).
+    ///
+    /// # Errors
+    /// The connection is failed or already logging out.
+    pub fn logout(&mut self, window: &CmdWindow, close_session: bool, cid: u16) -> Result<(), ConnError> {
+        self.check_usable()?;
+        let itt = self.alloc_itt();
+        let h = Header::LogoutRequest(LogoutRequest {
+            immediate: true,
+            reason: if close_session {
+                logout_reason::CLOSE_SESSION
+            } else {
+                logout_reason::CLOSE_CONNECTION
+            },
+            itt,
+            cid,
+            cmd_sn: window.current(),
+            exp_stat_sn: self.exp_stat_sn,
+        });
+        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        self.phase = Phase::LoggingOut { itt };
+        Ok(())
+    }
+
+    /// The next PDU to write.
+    pub fn poll_transmit(&mut self) -> Option<OutPdu> {
+        self.tx.pop_front()
+    }
+
+    /// PDUs waiting to be written.
+    pub fn has_transmit(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Ends the connection with `err` (transport failure or protocol
+    /// violation): every command in flight completes with it.
+    pub fn fail(&mut self, err: ConnError) {
+        if matches!(self.phase, Phase::Failed(_)) {
+            return;
+        }
+        let mut itts: Vec<u32> = self.tasks.keys().copied().collect();
+        itts.sort_unstable();
+        for itt in itts {
+            self.tasks.remove(&itt);
+            self.events
+                .push_back(Event::Completed { itt, result: Err(CommandError::Connection(err.clone())) });
+        }
+        self.pings.clear();
+        self.tx.clear();
+        self.phase = Phase::Failed(err);
+    }
+
+    /// Consumes every complete PDU at the front of `buf`.
+    ///
+    /// # Errors
+    /// The first protocol violation; the connection is then failed (every
+    /// command in flight completed with the error) and must be closed.
+    pub fn handle_input(&mut self, buf: &mut BytesMut, window: &mut CmdWindow) -> Result<(), ConnError> {
+        if let Phase::Failed(e) = &self.phase {
+            return Err(e.clone());
+        }
+        loop {
+            let r = match self.codec.decode(buf) {
+                Ok(Some(pdu)) => self.handle_pdu(pdu, window),
+                Ok(None) => return Ok(()),
+                Err(e) => Err(ConnError::Pdu(e)),
+            };
+            if let Err(e) = r {
+                self.fail(e.clone());
+                return Err(e);
+            }
+        }
+    }
+
+    fn stat_sn(&mut self, stat_sn: u32) {
+        let next = stat_sn.wrapping_add(1);
+        if serial::gt(next, self.exp_stat_sn) {
+            self.exp_stat_sn = next;
+        }
+    }
+
+    fn handle_pdu(&mut self, pdu: Pdu, window: &mut CmdWindow) -> Result<(), ConnError> {
+        match pdu.header {
+            Header::DataIn(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.data_in(h, pdu.data)
+            }
+            Header::ScsiResponse(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.stat_sn(h.stat_sn);
+                self.scsi_response(h, &pdu.data)
+            }
+            Header::R2t(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.r2t(h)
+            }
+            Header::NopIn(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.nop_in(h, pdu.data, window)
+            }
+            Header::Reject(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.stat_sn(h.stat_sn);
+                self.reject(h, &pdu.data)
+            }
+            Header::AsyncMessage(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.stat_sn(h.stat_sn);
+                match h.event {
+                    1 => self.events.push_back(Event::LogoutRequested),
+                    2 | 3 => return Err(ConnError::TargetDrop(h.event)),
+                    _ => {} // SCSI async events, renegotiation requests, vendor events: ignored
+                }
+                Ok(())
+            }
+            Header::LogoutResponse(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.stat_sn(h.stat_sn);
+                match self.phase {
+                    Phase::LoggingOut { itt } if itt == h.itt => {
+                        self.phase = Phase::LoggedOut;
+                        self.events.push_back(Event::LoggedOut { response: h.response });
+                        Ok(())
+                    }
+                    _ => Err(ConnError::UnknownItt { opcode: pdu.header.opcode(), itt: h.itt }),
+                }
+            }
+            h => Err(ConnError::Unexpected(h.opcode())),
+        }
+    }
+
+    fn data_in(&mut self, h: DataIn, data: Bytes) -> Result<(), ConnError> {
+        let itt = h.itt;
+        let unknown = ConnError::UnknownItt { opcode: crate::pdu::Opcode::DataIn, itt };
+        let task = self.tasks.get_mut(&itt).ok_or(unknown.clone())?;
+        let expected_len = task.expected_len;
+        let TaskKind::Read { segments, received, next_data_sn } = &mut task.kind else {
+            return Err(ConnError::BadResponse { itt, message: "Data-In for a write command".into() });
+        };
+        if h.data_sn != *next_data_sn {
+            return Err(ConnError::DataSn { itt, expected: *next_data_sn, received: h.data_sn });
+        }
+        if h.buffer_offset != *received {
+            return Err(ConnError::BufferOffset { itt, expected: *received, received: h.buffer_offset });
+        }
+        let len = data.len() as u32;
+        if u64::from(h.buffer_offset) + u64::from(len) > u64::from(expected_len) {
+            return Err(ConnError::BeyondTransferLength {
+                itt,
+                what: "Data-In",
+                offset: h.buffer_offset,
+                len,
+                expected: expected_len,
+            });
+        }
+        *next_data_sn = next_data_sn.wrapping_add(1);
+        *received += len;
+        if !data.is_empty() {
+            segments.push(data);
+        }
+        if h.has_status {
+            self.stat_sn(h.stat_sn);
+            let task = self.tasks.remove(&itt).ok_or(unknown)?;
+            let result = if h.status == status::GOOD {
+                Ok(Outcome { data: take_data(task), residual: if h.underflow { h.residual } else { 0 } })
+            } else {
+                Err(CommandError::Status { status: h.status, sense: None })
+            };
+            self.events.push_back(Event::Completed { itt, result });
+        }
+        Ok(())
+    }
+
+    fn scsi_response(&mut self, h: ScsiResponse, data: &[u8]) -> Result<(), ConnError> {
+        let itt = h.itt;
+        let task = self
+            .tasks
+            .remove(&itt)
+            .ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::ScsiResponse, itt })?;
+        let result = if h.response != 0 {
+            Err(CommandError::TargetFailure(h.response))
+        } else if h.status != status::GOOD {
+            Err(CommandError::Status { status: h.status, sense: Sense::from_response_data(data) })
+        } else {
+            Ok(Outcome { data: take_data(task), residual: if h.underflow { h.residual } else { 0 } })
+        };
+        self.events.push_back(Event::Completed { itt, result });
+        Ok(())
+    }
+
+    fn r2t(&mut self, h: R2t) -> Result<(), ConnError> {
+        let itt = h.itt;
+        let max_burst = self.params.max_burst;
+        let task =
+            self.tasks.get_mut(&itt).ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::R2t, itt })?;
+        let expected_len = task.expected_len;
+        let TaskKind::Write { data, next_r2t_sn } = &mut task.kind else {
+            return Err(ConnError::BadR2t { itt, message: "R2T for a command without write data".into() });
+        };
+        if h.r2t_sn != *next_r2t_sn {
+            return Err(ConnError::BadR2t {
+                itt,
+                message: format!("R2TSN {} where {} was due", h.r2t_sn, next_r2t_sn),
+            });
+        }
+        if u64::from(h.buffer_offset) + u64::from(h.desired_len) > u64::from(expected_len) {
+            return Err(ConnError::BeyondTransferLength {
+                itt,
+                what: "R2T",
+                offset: h.buffer_offset,
+                len: h.desired_len,
+                expected: expected_len,
+            });
+        }
+        if h.desired_len > max_burst {
+            return Err(ConnError::BadR2t {
+                itt,
+                message: format!("desired length {} over MaxBurstLength {max_burst}", h.desired_len),
+            });
+        }
+        *next_r2t_sn = next_r2t_sn.wrapping_add(1);
+        let data = data.clone();
+        let from = h.buffer_offset as usize;
+        self.queue_data_out(itt, h.ttt, &data, from, from + h.desired_len as usize);
+        Ok(())
+    }
+
+    fn nop_in(&mut self, h: NopIn, data: Bytes, window: &CmdWindow) -> Result<(), ConnError> {
+        if h.itt != RESERVED_TAG {
+            // The answer to our ping (RFC 7143 section 11.19.1).
+            self.stat_sn(h.stat_sn);
+            if self.pings.remove(&h.itt).is_none() {
+                return Err(ConnError::UnknownItt { opcode: crate::pdu::Opcode::NopIn, itt: h.itt });
+            }
+            self.events.push_back(Event::Pong { itt: h.itt });
+            return Ok(());
+        }
+        // Unsolicited: StatSN is the next one and not advanced (section 11.19.2).
+        if h.ttt != RESERVED_TAG && matches!(self.phase, Phase::FullFeature | Phase::LoggingOut { .. }) {
+            // The target pings: answer with the same TTT and data (section 11.18).
+            let out = Header::NopOut(NopOut {
+                immediate: true,
+                lun: h.lun,
+                itt: RESERVED_TAG,
+                ttt: h.ttt,
+                cmd_sn: window.current(),
+                exp_stat_sn: self.exp_stat_sn,
+            });
+            self.tx.push_back(self.codec.encode(&out, data));
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, h: Reject, data: &[u8]) -> Result<(), ConnError> {
+        let reason = reject_reason_text(h.reason);
+        if data.len() < BHS_LEN {
+            return Err(ConnError::Pdu(crate::error::PduError::BadLength {
+                opcode: crate::pdu::Opcode::Reject,
+                len: data.len() as u32,
+            }));
+        }
+        let itt = u32::from_be_bytes([data[16], data[17], data[18], data[19]]);
+        let opcode = data[0] & 0x3f;
+        let is_task_pdu =
+            opcode == crate::pdu::Opcode::ScsiCommand as u8 || opcode == crate::pdu::Opcode::DataOut as u8;
+        if is_task_pdu && self.tasks.remove(&itt).is_some() {
+            self.events.push_back(Event::Completed { itt, result: Err(CommandError::Rejected(reason)) });
+        } else if opcode == crate::pdu::Opcode::NopOut as u8 && self.pings.remove(&itt).is_some() {
+            self.events.push_back(Event::Rejected { reason });
+        } else {
+            self.events.push_back(Event::Rejected { reason });
+        }
+        Ok(())
+    }
+}
+
+fn take_data(task: Task) -> Bytes {
+    match task.kind {
+        TaskKind::Read { mut segments, received, .. } => match segments.len() {
+            0 => Bytes::new(),
+            1 => segments.pop().unwrap_or_default(),
+            _ => {
+                let mut b = BytesMut::with_capacity(received as usize);
+                for s in &segments {
+                    b.extend_from_slice(s);
+                }
+                b.freeze()
+            }
+        },
+        TaskKind::Write { .. } => Bytes::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
