@@ -1,0 +1,640 @@
+//! The NBD client endpoint: [`NbdConnector`] opens [`NbdSession`]s.
+//!
+//! A session is one connection with a writer task and a reader task around
+//! the sans-I/O [`wanblk_nbd_proto::Client`], shared under a mutex that is
+//! held only to queue a request or to decode replies (never across I/O):
+//!
+//! ```text
+//!  callers ──send_request──▶ Client (mutex) ──poll_transmit──▶ writer task ──writev──▶ socket
+//!  callers ◀──oneshot────── reader task ◀──handle_input_buf── socket (read_buf into BytesMut)
+//! ```
+//!
+//! Many requests from many tasks are in flight at once and complete in any
+//! order. When the connection dies or the server breaks the protocol, every
+//! pending request fails with that error and later requests fail at once.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+use wanblk_blockdev::{
+    BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,
+};
+use wanblk_nbd_proto::consts::{DEFAULT_MAX_PAYLOAD, STATE_HOLE, STATE_ZERO, tflags};
+use wanblk_nbd_proto::{
+    Client, ClientConfig, ClientError, Command, Event, Negotiated, Reply, ReplyData, Request,
+};
+
+use crate::io::{tune_tcp, write_all_segments};
+use crate::uri::{NbdUri, Transport, UriError};
+
+/// Options of NBD client sessions.
+#[derive(Debug, Clone)]
+pub struct NbdOptions {
+    /// Export name; overrides the URI's when set.
+    pub export_name: Option<String>,
+    /// Ask for structured replies (needed for block status and sparse reads).
+    pub structured_replies: bool,
+    /// Ask for the `base:allocation` context (block status).
+    pub block_status: bool,
+    /// SO_SNDBUF in bytes (kernel autotuning when `None`).
+    pub send_buffer: Option<usize>,
+    /// SO_RCVBUF in bytes (kernel autotuning when `None`).
+    pub recv_buffer: Option<usize>,
+    /// TCP congestion control algorithm (e.g. "bbr", "cubic").
+    pub congestion: Option<String>,
+    /// Limit for connecting and the handshake.
+    pub connect_timeout: Duration,
+    /// The largest read/write this client sends, whatever the server allows.
+    pub max_payload: u32,
+}
+
+impl Default for NbdOptions {
+    fn default() -> Self {
+        NbdOptions {
+            export_name: None,
+            structured_replies: true,
+            block_status: true,
+            send_buffer: None,
+            recv_buffer: None,
+            congestion: None,
+            connect_timeout: Duration::from_secs(30),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+}
+
+/// Opens NBD sessions to one export.
+#[derive(Debug, Clone)]
+pub struct NbdConnector {
+    uri: NbdUri,
+    name: String,
+    opts: NbdOptions,
+}
+
+impl NbdConnector {
+    /// A connector for `uri` (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`).
+    ///
+    /// # Errors
+    /// [`UriError`] for a malformed or unsupported (TLS) URI.
+    pub fn new(uri: &str, opts: NbdOptions) -> std::result::Result<Self, UriError> {
+        Ok(Self::from_uri(uri.parse()?, opts))
+    }
+
+    /// A connector for a parsed URI.
+    pub fn from_uri(mut uri: NbdUri, opts: NbdOptions) -> Self {
+        if let Some(e) = &opts.export_name {
+            uri.export = e.clone();
+        }
+        NbdConnector { name: uri.to_string(), uri, opts }
+    }
+
+    /// The URI sessions connect to.
+    pub fn uri(&self) -> &NbdUri {
+        &self.uri
+    }
+
+    /// Opens one session.
+    ///
+    /// # Errors
+    /// An [`EndpointError`] naming the URI: `Io` if the connection fails or
+    /// times out, `Protocol` if the server breaks the handshake, `Config` if
+    /// it refuses the export or the socket options.
+    pub async fn open(&self) -> Result<NbdSession> {
+        let name = self.name.clone();
+        let timeout = self.opts.connect_timeout;
+        match tokio::time::timeout(timeout, self.open_inner()).await {
+            Ok(r) => r,
+            Err(_) => Err(EndpointError::io(
+                name,
+                None,
+                format!("connect and handshake timed out after {timeout:?}"),
+            )),
+        }
+    }
+
+    async fn open_inner(&self) -> Result<NbdSession> {
+        let name = &self.name;
+        let cfg = ClientConfig {
+            export_name: self.uri.export.clone(),
+            structured_replies: self.opts.structured_replies,
+            block_status: self.opts.block_status && self.opts.structured_replies,
+            max_payload: self.opts.max_payload,
+            ..Default::default()
+        };
+        let mut client = Client::new(cfg);
+        match &self.uri.transport {
+            Transport::Tcp { host, port } => {
+                let mut s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
+                tune_tcp(&s, self.opts.send_buffer, self.opts.recv_buffer, self.opts.congestion.as_deref())
+                    .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
+                let fd = s.as_fd().try_clone_to_owned().ok();
+                let (neg, buf) = handshake(&mut s, &mut client, name).await?;
+                let (r, w) = s.into_split();
+                Ok(NbdSession::start(name.clone(), client, neg, fd, r, w, buf))
+            }
+            Transport::Unix(path) => {
+                let mut s = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
+                let (neg, buf) = handshake(&mut s, &mut client, name).await?;
+                let (r, w) = s.into_split();
+                Ok(NbdSession::start(name.clone(), client, neg, None, r, w, buf))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Connector for NbdConnector {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn connect(&self) -> Result<Arc<dyn Endpoint>> {
+        Ok(Arc::new(self.open().await?))
+    }
+}
+
+fn handshake_error(name: &str, e: ClientError) -> EndpointError {
+    match e {
+        ClientError::Protocol(p) => EndpointError::protocol(name, None, format!("handshake: {p}")),
+        e => EndpointError::config(name, None, e.to_string()),
+    }
+}
+
+/// Runs the handshake on `s`; returns what was agreed and any bytes read past it.
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    client: &mut Client,
+    name: &str,
+) -> Result<(Negotiated, BytesMut)> {
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut segs = Vec::new();
+    loop {
+        segs.extend(std::iter::from_fn(|| client.poll_transmit()));
+        if !segs.is_empty() {
+            write_all_segments(s, &mut segs).await.map_err(|e| EndpointError::io(name, None, e))?;
+        }
+        while let Some(ev) = client.poll_event() {
+            if let Event::Ready(n) = ev {
+                return Ok((n, buf));
+            }
+        }
+        let n = s.read_buf(&mut buf).await.map_err(|e| EndpointError::io(name, None, e))?;
+        if n == 0 {
+            return Err(EndpointError::io(
+                name,
+                None,
+                "server closed the connection during the handshake (unknown export, or not an NBD server?)",
+            ));
+        }
+        client.handle_input_buf(&mut buf).map_err(|e| handshake_error(name, e))?;
+    }
+}
+
+type Outcome = std::result::Result<ReplyData, EndpointError>;
+
+struct Waiter {
+    tx: oneshot::Sender<Outcome>,
+    offset: Option<u64>,
+}
+
+struct State {
+    client: Client,
+    waiters: HashMap<u64, Waiter>,
+    /// Why the connection is unusable, once it is.
+    dead: Option<ErrorKind>,
+    /// close() or drop: no new requests.
+    closing: bool,
+    /// The writer shuts the socket down once its queue is empty.
+    shutdown: bool,
+    writer_exited: bool,
+}
+
+struct Shared {
+    name: String,
+    neg: Negotiated,
+    caps: Capabilities,
+    tcp: Option<OwnedFd>,
+    st: Mutex<State>,
+    wake_writer: Notify,
+    idle: Notify,
+    writer_done: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails every pending request with `kind` and refuses later ones.
+    fn fail_all(&self, kind: ErrorKind) {
+        let waiters: Vec<Waiter> = {
+            let mut st = self.lock();
+            if st.dead.is_none() {
+                st.dead = Some(kind.clone());
+            }
+            st.waiters.drain().map(|(_, w)| w).collect()
+        };
+        for w in waiters {
+            let _ = w.tx.send(Err(EndpointError::new(&self.name, w.offset, kind.clone())));
+        }
+        self.idle.notify_waiters();
+        self.wake_writer.notify_one();
+    }
+}
+
+/// One NBD connection: an [`Endpoint`] that pipelines requests.
+pub struct NbdSession {
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for NbdSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NbdSession")
+            .field("name", &self.shared.name)
+            .field("negotiated", &self.shared.neg)
+            .finish()
+    }
+}
+
+fn capabilities(neg: &Negotiated) -> Capabilities {
+    Capabilities {
+        read_only: neg.read_only(),
+        can_flush: neg.has(tflags::SEND_FLUSH),
+        can_fua: neg.has(tflags::SEND_FUA),
+        can_trim: neg.has(tflags::SEND_TRIM),
+        can_zero: neg.has(tflags::SEND_WRITE_ZEROES),
+        can_block_status: neg.base_allocation.is_some(),
+        can_multi_conn: neg.has(tflags::CAN_MULTI_CONN),
+        block_sizes: BlockSizes {
+            minimum: neg.block_sizes.minimum,
+            preferred: neg.block_sizes.preferred,
+            maximum: neg.block_sizes.maximum,
+        },
+    }
+}
+
+impl NbdSession {
+    fn start<R, W>(
+        name: String,
+        client: Client,
+        neg: Negotiated,
+        tcp: Option<OwnedFd>,
+        r: R,
+        w: W,
+        buf: BytesMut,
+    ) -> NbdSession
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            name,
+            caps: capabilities(&neg),
+            neg,
+            tcp,
+            st: Mutex::new(State {
+                client,
+                waiters: HashMap::new(),
+                dead: None,
+                closing: false,
+                shutdown: false,
+                writer_exited: false,
+            }),
+            wake_writer: Notify::new(),
+            idle: Notify::new(),
+            writer_done: Notify::new(),
+        });
+        tokio::spawn(writer(shared.clone(), w));
+        let reader = tokio::spawn(reader(shared.clone(), r, buf));
+        NbdSession { shared, reader }
+    }
+
+    /// What the handshake agreed on.
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.shared.neg
+    }
+
+    fn config_err(&self, offset: Option<u64>, msg: impl Into<String>) -> EndpointError {
+        EndpointError::config(&self.shared.name, offset, msg)
+    }
+
+    /// Sends one request and waits for its reply.
+    async fn call(&self, req: Request) -> Result<ReplyData> {
+        let offset = match &req {
+            Request::Read { offset, .. }
+            | Request::Write { offset, .. }
+            | Request::Trim { offset, .. }
+            | Request::WriteZeroes { offset, .. }
+            | Request::BlockStatus { offset, .. } => Some(*offset),
+            Request::Flush => None,
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = self.shared.lock();
+            if st.closing {
+                return Err(self.config_err(offset, "session is closed"));
+            }
+            if let Some(kind) = &st.dead {
+                return Err(EndpointError::new(&self.shared.name, offset, kind.clone()));
+            }
+            let cookie = st.client.send_request(req).map_err(|e| self.config_err(offset, e.to_string()))?;
+            st.waiters.insert(cookie, Waiter { tx, offset });
+        }
+        self.shared.wake_writer.notify_one();
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(EndpointError::io(&self.shared.name, offset, "connection task ended")),
+        }
+    }
+
+    /// Splits `[offset, offset+len)` into steps a u32 length can carry.
+    fn steps(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u32)> + use<> {
+        const STEP: u64 = 1 << 30; // a multiple of every legal minimum block size
+        let end = offset.saturating_add(len);
+        (0..len.div_ceil(STEP)).map(move |i| {
+            let o = offset + i * STEP;
+            (o, (end - o).min(STEP) as u32)
+        })
+    }
+}
+
+impl Drop for NbdSession {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.lock();
+            if !st.closing {
+                st.closing = true;
+                let _ = st.client.disconnect();
+            }
+            st.shutdown = true;
+        }
+        self.shared.wake_writer.notify_one();
+        self.reader.abort();
+    }
+}
+
+async fn writer<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut w: W) {
+    let mut segs: Vec<Bytes> = Vec::new();
+    loop {
+        let (shutdown, dead) = {
+            let mut st = shared.lock();
+            segs.extend(std::iter::from_fn(|| st.client.poll_transmit()));
+            (st.shutdown, st.dead.is_some())
+        };
+        if dead && !shutdown {
+            break;
+        }
+        if segs.is_empty() {
+            if shutdown {
+                let _ = w.shutdown().await;
+                break;
+            }
+            shared.wake_writer.notified().await;
+            continue;
+        }
+        if let Err(e) = write_all_segments(&mut w, &mut segs).await {
+            shared.fail_all(ErrorKind::Io(format!("write failed: {e}")));
+            break;
+        }
+    }
+    shared.lock().writer_exited = true;
+    shared.writer_done.notify_waiters();
+}
+
+/// Smallest free space to read into.
+const READ_CHUNK: usize = 256 * 1024;
+
+async fn reader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, mut buf: BytesMut) {
+    let mut done: Vec<(Waiter, Reply)> = Vec::new();
+    loop {
+        let want = shared.lock().client.bytes_wanted();
+        let need = want.saturating_sub(buf.len()).max(READ_CHUNK / 4);
+        if buf.capacity() - buf.len() < need {
+            buf.reserve(need.max(READ_CHUNK));
+        }
+        match r.read_buf(&mut buf).await {
+            Ok(0) => {
+                shared.fail_all(ErrorKind::Io("server closed the connection".into()));
+                return;
+            }
+            Err(e) => {
+                shared.fail_all(ErrorKind::Io(format!("read failed: {e}")));
+                return;
+            }
+            Ok(_) => {}
+        }
+        let idle = {
+            let mut st = shared.lock();
+            if let Err(e) = st.client.handle_input_buf(&mut buf) {
+                drop(st);
+                let msg = match e {
+                    ClientError::Protocol(p) => p.to_string(),
+                    e => e.to_string(),
+                };
+                shared.fail_all(ErrorKind::Protocol(msg));
+                return;
+            }
+            while let Some(ev) = st.client.poll_event() {
+                if let Event::Reply(reply) = ev
+                    && let Some(w) = st.waiters.remove(&reply.cookie)
+                {
+                    done.push((w, reply));
+                }
+            }
+            st.waiters.is_empty()
+        };
+        for (w, reply) in done.drain(..) {
+            let out = reply.result.map_err(|e| {
+                let mut message = e.error.to_string();
+                if !e.message.is_empty() {
+                    message = format!("{message}: {}", e.message);
+                }
+                if let Some(o) = e.offset {
+                    message = format!("{message} (at offset {o})");
+                }
+                EndpointError::new(
+                    &shared.name,
+                    w.offset,
+                    ErrorKind::Server { code: e.error.code(), message },
+                )
+            });
+            let _ = w.tx.send(out);
+        }
+        if idle {
+            shared.idle.notify_waiters();
+        }
+    }
+}
+
+fn unexpected(name: &str, offset: Option<u64>, command: Command) -> EndpointError {
+    EndpointError::protocol(name, offset, format!("unexpected reply data for {command}"))
+}
+
+#[async_trait]
+impl Endpoint for NbdSession {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn size(&self) -> u64 {
+        self.shared.neg.size
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.shared.caps
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        match self.call(Request::Read { offset, length: len }).await? {
+            ReplyData::Read(b) => Ok(b),
+            _ => Err(unexpected(&self.shared.name, Some(offset), Command::Read)),
+        }
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let native_fua = fua && self.shared.caps.can_fua;
+        self.call(Request::Write { offset, data, fua: native_fua }).await?;
+        if fua && !native_fua && self.shared.caps.can_flush {
+            self.flush().await.map_err(|e| e.at(offset))?;
+        }
+        Ok(())
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if self.shared.caps.can_zero {
+            let calls = self.steps(offset, len).map(|(o, l)| {
+                self.call(Request::WriteZeroes { offset: o, length: l, no_hole: !may_trim, fua: false })
+            });
+            futures::future::try_join_all(calls).await?;
+            return Ok(());
+        }
+        // Emulate with writes of a shared zero buffer.
+        let chunk = u64::from(self.shared.caps.block_sizes.maximum.min(1 << 20));
+        let zeroes = Bytes::from(vec![0u8; chunk as usize]);
+        let end = offset.checked_add(len).ok_or_else(|| self.config_err(Some(offset), "range overflows"))?;
+        let calls = (0..len.div_ceil(chunk)).map(|i| {
+            let o = offset + i * chunk;
+            let n = (end - o).min(chunk) as usize;
+            self.write(o, zeroes.slice(..n), false)
+        });
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 || !self.shared.caps.can_trim {
+            return Ok(()); // advisory
+        }
+        let calls = self
+            .steps(offset, len)
+            .map(|(o, l)| self.call(Request::Trim { offset: o, length: l, fua: false }));
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<()> {
+        if !self.shared.caps.can_flush {
+            return Ok(());
+        }
+        self.call(Request::Flush).await.map(|_| ())
+    }
+
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        let size = self.size();
+        if offset >= size || len == 0 {
+            return Err(self.config_err(Some(offset), format!("block status beyond the end ({size} bytes)")));
+        }
+        let len = len.min(size - offset);
+        if self.shared.neg.base_allocation.is_none() {
+            return Ok(vec![Extent { offset, length: len, hole: false, zero: false }]);
+        }
+        let min = u64::from(self.shared.caps.block_sizes.minimum);
+        let step = (1u64 << 31) - (1u64 << 31) % min;
+        let length = len.min(step) as u32;
+        let descs = match self.call(Request::BlockStatus { offset, length, req_one: false }).await? {
+            ReplyData::BlockStatus(d) => d,
+            _ => return Err(unexpected(&self.shared.name, Some(offset), Command::BlockStatus)),
+        };
+        let end = offset + u64::from(length);
+        let mut pos = offset;
+        let mut out: Vec<Extent> = Vec::with_capacity(descs.len());
+        for d in descs {
+            let l = u64::from(d.length).min(end - pos);
+            if l == 0 {
+                break;
+            }
+            let (hole, zero) = (d.flags & STATE_HOLE != 0, d.flags & STATE_ZERO != 0);
+            match out.last_mut() {
+                Some(last) if last.hole == hole && last.zero == zero => last.length += l,
+                _ => out.push(Extent { offset: pos, length: l, hole, zero }),
+            }
+            pos += l;
+        }
+        Ok(out)
+    }
+
+    async fn close(&self) -> Result<()> {
+        {
+            let mut st = self.shared.lock();
+            if st.closing {
+                return Ok(());
+            }
+            st.closing = true;
+        }
+        // Let the requests in flight complete (or fail with the connection).
+        loop {
+            let notified = self.shared.idle.notified();
+            {
+                let st = self.shared.lock();
+                if st.waiters.is_empty() || st.dead.is_some() {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        let notified = self.shared.writer_done.notified();
+        {
+            let mut st = self.shared.lock();
+            if st.dead.is_none() {
+                let _ = st.client.disconnect();
+            }
+            st.shutdown = true;
+            if st.writer_exited {
+                return Ok(());
+            }
+        }
+        self.shared.wake_writer.notify_one();
+        notified.await;
+        Ok(())
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.shared
+            .tcp
+            .as_ref()
+            .and_then(|fd| wanblk_sys::tcp::tcp_info(fd.as_fd()).ok())
+            .into_iter()
+            .collect()
+    }
+}

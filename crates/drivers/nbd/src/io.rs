@@ -1,0 +1,64 @@
+//! Socket helpers shared by the client and the server: writing queued
+//! segments with vectored writes.
+
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// Most segments handed to one `writev`.
+const MAX_IOV: usize = 64;
+
+/// Writes every segment in order with vectored writes (no copying of payloads).
+pub(crate) async fn write_all_segments<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    segs: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < segs.len() {
+        let n = {
+            let slices: Vec<IoSlice<'_>> =
+                segs[first..].iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
+            w.write_vectored(&slices).await?
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let mut left = n;
+        while left > 0 {
+            let seg = &mut segs[first];
+            if seg.len() <= left {
+                left -= seg.len();
+                first += 1;
+            } else {
+                seg.advance(left);
+                left = 0;
+            }
+        }
+    }
+    segs.clear();
+    Ok(())
+}
+
+/// Sets the socket options of a TCP connection.
+pub(crate) fn tune_tcp(
+    s: &tokio::net::TcpStream,
+    send_buffer: Option<usize>,
+    recv_buffer: Option<usize>,
+    congestion: Option<&str>,
+) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    s.set_nodelay(true)?;
+    let sock = socket2::SockRef::from(s);
+    if let Some(n) = send_buffer {
+        sock.set_send_buffer_size(n)?;
+    }
+    if let Some(n) = recv_buffer {
+        sock.set_recv_buffer_size(n)?;
+    }
+    if let Some(cc) = congestion {
+        wanblk_sys::tcp::set_congestion(s.as_fd(), cc)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("congestion control `{cc}`: {e}")))?;
+    }
+    Ok(())
+}
