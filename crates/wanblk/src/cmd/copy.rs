@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use wanblk_apt::{IntervalPolicy, TunerConfig};
 use wanblk_blockdev::control::{self, ControlConfig, ControlState, IntervalChoice};
+use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::PoolConfig;
 use wanblk_copy::{CopyOptions, Progress, Report, Sample};
 
@@ -289,12 +290,14 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     // Close sessions cleanly (NBD_CMD_DISC, iSCSI logout); errors here do
     // not change the outcome of the copy.
     for p in &pools {
-        if let Err(e) = wanblk_blockdev::Endpoint::close(&**p).await {
+        if let Err(e) = p.close().await {
             tracing::debug!("closing {}: {e}", p.name());
         }
     }
-    for p in &pools {
-        notes.extend(p.notes().into_iter().filter(|n| !notes.contains(n)));
+    for n in pools.iter().flat_map(|p| p.notes()) {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
     }
     let data_bytes = progress.data.load(Ordering::Relaxed);
     let samples: Vec<Sample> = state
