@@ -690,6 +690,32 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
     Ok(rc > 0)
 }
 
+/// Makes the kernel timestamp received packets (`skb->tstamp`, which NFQUEUE
+/// reports as `NFQA_TIMESTAMP`) for as long as the returned socket is open:
+/// one socket with `SO_TIMESTAMPNS` turns receive timestamping on
+/// system-wide (it is otherwise off until some socket asks for it).
+///
+/// # Errors
+/// The `socket` or `setsockopt` error.
+pub fn enable_rx_timestamps() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes plain integers; the result is checked.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: valid fd; pointer and size describe a live c_int.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
+}
+
 /// Reads `/proc/net/netfilter/nfnetlink_queue` as seen from the calling
 /// thread's network namespace (`/proc/thread-self/net/...`).
 ///

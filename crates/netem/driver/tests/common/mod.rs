@@ -1,0 +1,70 @@
+//! Shared by the emulator's integration tests (included with `mod common;`).
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::process::Command;
+
+use wanblk_netem::{Scenario, Side};
+
+/// Fails (never skips) unless running as root.
+pub fn require_root() {
+    assert!(
+        wanblk_sys::sched::geteuid() == 0,
+        "the netem tests need root (network namespaces, iptables, NFQUEUE): run the README's test command as root"
+    );
+    wanblk_testkit::require_tool("ip", "iproute2");
+    wanblk_testkit::require_tool("iptables", "iptables");
+}
+
+/// RTT summary of a ping run, ms (from ping's `rtt min/avg/max/mdev` line,
+/// which has microsecond precision; the per-reply lines are rounded).
+#[derive(Debug, Clone, Copy)]
+pub struct PingSummary {
+    pub sent: u32,
+    pub received: u32,
+    pub min: f64,
+    pub avg: f64,
+    pub max: f64,
+    pub mdev: f64,
+}
+
+/// Runs `ping` from the client to the server.
+pub fn ping(sc: &Scenario, count: u32, interval: &str, size: u32) -> PingSummary {
+    wanblk_testkit::require_tool("ping", "iputils-ping");
+    let mut c = Command::new("ping");
+    c.args(["-n", "-q", "-c", &count.to_string(), "-i", interval, "-s", &size.to_string(), "-W", "5"]);
+    c.arg(sc.server_addr().to_string());
+    let out = sc.exec(Side::Client, &mut c).expect("run ping");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut s =
+        PingSummary { sent: 0, received: 0, min: f64::NAN, avg: f64::NAN, max: f64::NAN, mdev: f64::NAN };
+    for l in text.lines() {
+        if l.contains("packets transmitted") {
+            let n: Vec<u32> = l.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            s.sent = n[0];
+            s.received = n[1];
+        }
+        if let Some(v) = l.split(" = ").nth(1).filter(|_| l.starts_with("rtt")) {
+            let v = v.split(" ms").next().unwrap_or("");
+            let n: Vec<f64> = v.split('/').filter_map(|w| w.parse().ok()).collect();
+            (s.min, s.avg, s.max, s.mdev) = (n[0], n[1], n[2], n[3]);
+        }
+    }
+    assert!(s.sent > 0, "no ping summary in: {text}");
+    s
+}
+
+/// The median of `v`.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Load average over the last minute (for reports).
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
