@@ -47,6 +47,9 @@ pub enum ConfigError {
     /// The re-tuning trigger needs at least one interval.
     #[error("retune consecutive must be at least 1")]
     ZeroRetuneConsecutive,
+    /// The resampling margin must be finite and non-negative.
+    #[error("resample margin = {0} must be finite and non-negative")]
+    BadResampleMargin(f64),
     /// A [`ChunkConfig`](crate::ChunkConfig) parameter is out of range.
     #[error("chunk sizer: {0}")]
     BadChunk(&'static str),
@@ -77,6 +80,24 @@ impl Default for RetuneConfig {
     }
 }
 
+/// More samples for close calls: after `samples_per_point` samples, if the
+/// point's mean lies within a relative margin of the goodput it is compared
+/// against, keep measuring it, up to `max_samples` samples in all. Clear
+/// decisions stay cheap; only the ones noise could flip cost more intervals.
+///
+/// The margin is `min(margin, 2.5 sigma)`, where sigma is the tuner's running
+/// estimate of the relative noise of one sample (from consecutive samples at
+/// the same N, see [`TuningReport::noise_estimate`](crate::TuningReport));
+/// until it has one, `margin`. On a quiet path resampling thus stops after
+/// a couple of points.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ResampleConfig {
+    /// Relative distance from the reference that counts as close.
+    pub margin: f64,
+    /// Most samples per point.
+    pub max_samples: u32,
+}
+
 /// Parameters of the [`Tuner`](crate::Tuner).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunerConfig {
@@ -92,17 +113,24 @@ pub struct TunerConfig {
     pub n_max: usize,
     /// Relative epsilon for comparing goodputs; 0 is the paper's strict `>`.
     ///
-    /// A larger N must beat the reference by more than `tolerance` to count
-    /// as better (`G > G_ref * (1 + tolerance)`); a smaller N counts as better
-    /// unless it is worse by more than `tolerance` (`G > G_ref * (1 -
-    /// tolerance)`). Ties within `tolerance` therefore go to fewer sessions:
-    /// less CPU and friendlier to other traffic. The reference stays the best
-    /// level measured at m, so accepting ties cannot drift down further than
-    /// `tolerance` below it.
+    /// A goodput within `tolerance` of the reference (G(m), or the previous
+    /// point of the bracket search) counts as not better: `better` means
+    /// `G > G_ref * (1 + tolerance)`. So the bracket search stops climbing
+    /// once doubling N gains less than `tolerance`, and the golden-section
+    /// search keeps m unless a probe clearly beats it. Ties thus go to fewer
+    /// sessions on the way up (less CPU, friendlier to other traffic), at a
+    /// cost of at most about `tolerance` of goodput.
+    ///
+    /// The one place a tie goes *down* is the downward bracket search of
+    /// re-tuning: there N / alpha counts as better unless it is worse by
+    /// more than `tolerance` (`G > G_ref * (1 - tolerance)`), the reference
+    /// staying the best level seen so that ties cannot chain into a drift.
     pub tolerance: f64,
     /// Measurements averaged (weighted by duration) per point before a
     /// decision; the paper uses 1.
     pub samples_per_point: u32,
+    /// Extra samples for close calls; `None` in the paper.
+    pub resample: Option<ResampleConfig>,
     /// Ignore the first measurement after N changed (TCP slow start of new
     /// sessions, request pipelines filling up). The initial N0 counts as a
     /// change. The paper does not discard.
@@ -126,6 +154,7 @@ impl TunerConfig {
             n_max: 128,
             tolerance: 0.0,
             samples_per_point: 1,
+            resample: None,
             discard_after_change: false,
             retune: None,
         }
@@ -153,6 +182,10 @@ impl TunerConfig {
         }
         if self.samples_per_point == 0 {
             return Err(ConfigError::ZeroSamples);
+        }
+        let bad_margin = |rs: &ResampleConfig| !(rs.margin.is_finite() && rs.margin >= 0.0);
+        if let Some(rs) = self.resample.filter(bad_margin) {
+            return Err(ConfigError::BadResampleMargin(rs.margin));
         }
         if let Some(rt) = &self.retune {
             if !(rt.threshold.is_finite() && rt.threshold > 0.0) {
@@ -208,22 +241,26 @@ impl TunerConfig {
 
     /// Upper bound on the number of intervals of the initial search when
     /// every sample is valid: [`max_search_points`](Self::max_search_points)
-    /// times the intervals per point (`samples_per_point`, plus one discarded
-    /// interval when `discard_after_change`).
+    /// times the intervals per point (`samples_per_point`, or the resampling
+    /// maximum if larger, plus one discarded interval when
+    /// `discard_after_change`).
     pub fn max_search_intervals(&self) -> usize {
-        let per_point = self.samples_per_point as usize + usize::from(self.discard_after_change);
+        let samples = self.resample.map_or(0, |r| r.max_samples).max(self.samples_per_point);
+        let per_point = samples as usize + usize::from(self.discard_after_change);
         self.max_search_points() * per_point
     }
 }
 
 impl Default for TunerConfig {
     /// Our robust settings: the paper's N0, alpha and session range, plus a
-    /// 3 % tolerance, one sample per point, the first interval after a change
-    /// discarded, and re-tuning on a 20 % change for 3 intervals.
+    /// 3 % tolerance, one sample per point and up to three for a point within
+    /// 10 % of its reference, the first interval after a change discarded,
+    /// and re-tuning on a 20 % change for 3 intervals.
     fn default() -> Self {
         TunerConfig {
             tolerance: 0.03,
             samples_per_point: 1,
+            resample: Some(ResampleConfig { margin: 0.1, max_samples: 3 }),
             discard_after_change: true,
             retune: Some(RetuneConfig::default()),
             ..TunerConfig::paper()
@@ -260,6 +297,8 @@ mod tests {
             assert!(TunerConfig { tolerance, ..p.clone() }.validate().is_err());
         }
         assert!(TunerConfig { samples_per_point: 0, ..p.clone() }.validate().is_err());
+        let rs = ResampleConfig { margin: -1.0, max_samples: 3 };
+        assert!(TunerConfig { resample: Some(rs), ..p.clone() }.validate().is_err());
         let rt = RetuneConfig { threshold: f64::NAN, consecutive: 3 };
         assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());
         let rt = RetuneConfig { threshold: 0.2, consecutive: 0 };
@@ -285,6 +324,6 @@ mod tests {
         // 4, 8, ..., 128: 6 points, then golden section on at most (32, 128, 128).
         let b = TunerConfig::paper().max_search_points();
         assert!(b <= 6 + golden_probe_bound(96), "{b}");
-        assert_eq!(TunerConfig::default().max_search_intervals(), 2 * b);
+        assert_eq!(TunerConfig::default().max_search_intervals(), 4 * b);
     }
 }

@@ -47,6 +47,32 @@ impl SplitMix64 {
     }
 }
 
+/// What the bench needs to know about a simulated path. [`FlowModel`] is the
+/// standard one; tests implement it for synthetic curves.
+pub trait PathModel {
+    /// Steady-state goodput with `n` sessions, bytes per second.
+    fn goodput(&self, n: usize) -> f64;
+    /// Round-trip time with `n` sessions, seconds.
+    fn rtt_with(&self, n: usize) -> f64;
+    /// Per-session window in bytes, if the driver would know it.
+    fn window_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// How long a newly started session needs before it delivers, seconds.
+    fn slow_start_s(&self, _n: usize) -> f64 {
+        0.0
+    }
+}
+
+/// The best fixed N in `1..=n_max` by exhaustive search (the smallest on
+/// ties) and its goodput.
+pub fn best_fixed(model: &impl PathModel, n_max: usize) -> (usize, f64) {
+    (1..=n_max.max(1)).fold((1, model.goodput(1)), |best, n| {
+        let g = model.goodput(n);
+        if g > best.1 { (n, g) } else { best }
+    })
+}
+
 /// N TCP flows on one bottleneck.
 ///
 /// With `BDP = C * RTT` and `x = N * W` bytes in flight offered by N flows of
@@ -99,8 +125,15 @@ impl FlowModel {
         self.capacity_bytes_per_s * self.rtt_s
     }
 
+    /// The best fixed N in `1..=n_max` (see [`best_fixed`]).
+    pub fn best_fixed(&self, n_max: usize) -> (usize, f64) {
+        best_fixed(self, n_max)
+    }
+}
+
+impl PathModel for FlowModel {
     /// Steady-state goodput with `n` flows, bytes per second (0 for n = 0).
-    pub fn goodput(&self, n: usize) -> f64 {
+    fn goodput(&self, n: usize) -> f64 {
         if n == 0 {
             return 0.0;
         }
@@ -117,26 +150,21 @@ impl FlowModel {
 
     /// Round-trip time with `n` flows: base RTT plus the queueing delay of
     /// whatever the flows put in flight beyond the BDP, up to the buffer.
-    pub fn rtt_with(&self, n: usize) -> f64 {
+    fn rtt_with(&self, n: usize) -> f64 {
         let queued = (n as f64 * self.window_bytes - self.bdp()).clamp(0.0, self.buffer_bytes);
         self.rtt_s + queued / self.capacity_bytes_per_s
+    }
+
+    fn window_bytes(&self) -> Option<u64> {
+        Some(self.window_bytes as u64)
     }
 
     /// How long a newly started flow needs in slow start when `n` flows
     /// share the path: `RTT * log2(target / IW)` with `target` its steady
     /// bytes in flight, `min(W, BDP / n)`, and IW = 14 600 bytes.
-    pub fn slow_start_s(&self, n: usize) -> f64 {
+    fn slow_start_s(&self, n: usize) -> f64 {
         let target = self.window_bytes.min(self.bdp() / n.max(1) as f64);
         self.rtt_s * (target / INITIAL_WINDOW_BYTES).max(1.0).log2()
-    }
-
-    /// The best fixed N in `1..=n_max` by exhaustive search (the smallest
-    /// on ties) and its goodput.
-    pub fn best_fixed(&self, n_max: usize) -> (usize, f64) {
-        (1..=n_max.max(1)).fold((1, self.goodput(1)), |best, n| {
-            let g = self.goodput(n);
-            if g > best.1 { (n, g) } else { best }
-        })
     }
 }
 
@@ -155,7 +183,7 @@ pub struct BenchConfig {
     /// Request size in bytes (for the interval policy).
     pub request_bytes: u64,
     /// Model slow start of newly activated sessions: in the first
-    /// [`FlowModel::slow_start_s`] after N grows from `a` to `b`, goodput is
+    /// [`PathModel::slow_start_s`] after N grows from `a` to `b`, goodput is
     /// `G(a)` (the old sessions alone) instead of `G(b)`. Shrinking N has no
     /// transient.
     pub slow_start: bool,
@@ -217,7 +245,7 @@ impl RunSummary {
     }
 }
 
-/// Drives a [`Tuner`] against a [`FlowModel`] in simulated time.
+/// Drives a [`Tuner`] against a [`PathModel`] in simulated time.
 #[derive(Debug, Clone)]
 pub struct Bench {
     cfg: BenchConfig,
@@ -259,14 +287,14 @@ impl Bench {
     }
 
     /// Simulates one interval on `model` and feeds it to the tuner.
-    pub fn step(&mut self, model: &FlowModel) -> SimInterval {
+    pub fn step(&mut self, model: &impl PathModel) -> SimInterval {
         let n = self.tuner.current();
         let duration_s = self.cfg.interval.interval_s(&PathSnapshot {
             max_rtt_s: model.rtt_with(n),
             goodput_bytes_per_s: self.last_measured,
             sessions: n,
             request_bytes: self.cfg.request_bytes,
-            window_bytes: Some(model.window_bytes as u64),
+            window_bytes: model.window_bytes(),
             warmup: self.tuner.next_is_warmup(),
         });
         let steady = model.goodput(n);
@@ -293,13 +321,13 @@ impl Bench {
     }
 
     /// Steps until the tuner converges or `max_intervals` have passed.
-    pub fn run(&mut self, model: &FlowModel, max_intervals: u64) -> RunSummary {
+    pub fn run(&mut self, model: &impl PathModel, max_intervals: u64) -> RunSummary {
         let mut intervals = 0;
         while intervals < max_intervals && self.tuner.converged().is_none() {
             self.step(model);
             intervals += 1;
         }
-        let (best_n, best_goodput) = model.best_fixed(self.cfg.tuner.n_max);
+        let (best_n, best_goodput) = best_fixed(model, self.cfg.tuner.n_max);
         let final_n = self.tuner.current();
         RunSummary {
             intervals,

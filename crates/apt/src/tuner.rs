@@ -136,6 +136,9 @@ pub struct TuningReport {
     pub retunes: u32,
     /// History entries dropped beyond [`MAX_HISTORY`].
     pub history_truncated: u64,
+    /// Estimated relative standard deviation of one sample, from repeated
+    /// samples at the same N (`None` until two pairs were seen).
+    pub noise_estimate: Option<f64>,
 }
 
 /// A measured point: its own goodput, and the reference a challenger must
@@ -192,6 +195,39 @@ impl Average {
     }
 }
 
+/// How many estimated standard deviations of measurement noise count as a
+/// close call for resampling (see [`ResampleConfig`](crate::ResampleConfig)).
+pub const NOISE_SIGMAS: f64 = 2.5;
+
+/// Pooled estimate of the relative measurement noise, from pairs of
+/// consecutive samples at the same N: for a pair (a, b) the relative
+/// difference `2 (b - a) / (a + b)` has variance `2 sigma^2`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Noise {
+    last: Option<f64>,
+    pairs: u32,
+    sum_sq: f64,
+}
+
+impl Noise {
+    fn add(&mut self, g: f64) {
+        if let Some(a) = self.last {
+            let mean = (a + g) / 2.0;
+            if mean > 0.0 && mean.is_finite() {
+                let d = (g - a) / mean;
+                self.pairs = self.pairs.saturating_add(1);
+                self.sum_sq += d * d;
+            }
+        }
+        self.last = Some(g);
+    }
+
+    /// The relative standard deviation, once two pairs have been seen.
+    fn estimate(&self) -> Option<f64> {
+        (self.pairs >= 2).then(|| (self.sum_sq / (2.0 * f64::from(self.pairs))).sqrt())
+    }
+}
+
 /// The APT tuner: fed one [`Sample`] per interval, it answers the N for the
 /// next interval. Deterministic, no clock, no I/O.
 #[derive(Debug, Clone)]
@@ -201,6 +237,7 @@ pub struct Tuner {
     state: State,
     warmup_pending: bool,
     avg: Average,
+    noise: Noise,
     intervals: u64,
     report: TuningReport,
 }
@@ -217,6 +254,7 @@ impl Tuner {
             state: State::Up { lower: cfg.n_min - 1, best: None, may_turn_down: false },
             warmup_pending: cfg.discard_after_change,
             avg: Average::default(),
+            noise: Noise::default(),
             intervals: 0,
             report: TuningReport {
                 phase: Phase::BracketUp,
@@ -229,6 +267,7 @@ impl Tuner {
                 discards: Discards::default(),
                 retunes: 0,
                 history_truncated: 0,
+                noise_estimate: None,
             },
             current,
             cfg,
@@ -271,6 +310,7 @@ impl Tuner {
         r.phase = self.phase();
         r.current_n = self.current;
         r.intervals = self.intervals;
+        r.noise_estimate = self.noise.estimate();
         r
     }
 
@@ -314,6 +354,7 @@ impl Tuner {
     }
 
     fn accept(&mut self, g: f64, d: f64) -> Step {
+        self.noise.add(g);
         if let State::Converged(_) = self.state {
             self.hold(g);
             return self.step(SampleUse::Used);
@@ -321,6 +362,16 @@ impl Tuner {
         self.avg.add(g, d);
         if self.avg.count < self.cfg.samples_per_point {
             return self.step(SampleUse::Pending);
+        }
+        if let (Some(reference), Some(rs)) = (self.reference(), self.cfg.resample) {
+            let margin = match self.noise.estimate() {
+                Some(sigma) => rs.margin.min(NOISE_SIGMAS * sigma),
+                None => rs.margin,
+            };
+            let close = (self.avg.mean - reference).abs() <= margin * reference;
+            if close && self.avg.count < rs.max_samples {
+                return self.step(SampleUse::Pending);
+            }
         }
         let g = self.avg.mean;
         self.avg = Average::default();
@@ -343,21 +394,35 @@ impl Tuner {
         self.step(SampleUse::Used)
     }
 
+    /// The goodput the point being measured is compared against, if any.
+    fn reference(&self) -> Option<f64> {
+        match &self.state {
+            State::Up { best, .. } => best.map(|b| b.reference),
+            State::Down { best, .. } => Some(best.reference),
+            State::Golden { m, .. } => Some(m.reference),
+            State::Converged(_) => None,
+        }
+    }
+
     fn move_to(&mut self, next: usize) {
         if next != self.current {
             self.current = next;
             self.avg = Average::default();
+            self.noise.last = None;
             self.warmup_pending = self.cfg.discard_after_change;
         }
     }
 
-    /// `g` (for a larger N) beats `reference`: by more than the tolerance.
-    fn better_up(&self, g: f64, reference: f64) -> bool {
+    /// `g` beats `reference` by more than the tolerance (with tolerance 0:
+    /// strictly greater, as in the paper).
+    fn better(&self, g: f64, reference: f64) -> bool {
         g > reference * (1.0 + self.cfg.tolerance)
     }
 
-    /// `g` (for a smaller N) beats `reference`: is not worse by more than
-    /// the tolerance (with tolerance 0: strictly greater, as in the paper).
+    /// `g`, measured at N divided by alpha, is at least as good as
+    /// `reference` within the tolerance: ties go to fewer sessions. Safe
+    /// because the step is a whole factor alpha: where more sessions help
+    /// (the window-limited ramp), dividing N divides goodput too.
     fn better_down(&self, g: f64, reference: f64) -> bool {
         g > reference * (1.0 - self.cfg.tolerance)
     }
@@ -377,7 +442,7 @@ impl Tuner {
                 }
             }
             State::Up { lower, best: Some(b), may_turn_down } => {
-                if self.better_up(g, b.reference) {
+                if self.better(g, b.reference) {
                     if n >= self.cfg.n_max {
                         self.golden(Bracket { l: b.n, m: n, r: n }, here)
                     } else {
@@ -405,13 +470,13 @@ impl Tuner {
                 }
             }
             State::Golden { bracket, m } => {
-                let better = if n > bracket.m {
-                    self.better_up(g, m.reference)
-                } else {
-                    self.better_down(g, m.reference)
-                };
+                // Within the tolerance is "not better" either way: near the
+                // end the probes are neighbours of m, where a tie says
+                // nothing about which side is better (a ramp and a plateau
+                // look alike under noise).
+                let better = self.better(g, m.reference);
                 let next = bracket.update(n, better);
-                let m = if better { Point { n, own: g, reference: g.max(m.reference) } } else { m };
+                let m = if better { here } else { m };
                 self.golden(next, m)
             }
             // Converged samples never reach `decide` (see `accept`).

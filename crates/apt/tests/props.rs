@@ -1,0 +1,117 @@
+//! Property tests: any input, any valid configuration.
+
+use proptest::prelude::*;
+use wanblk_apt::{
+    Phase, ResampleConfig, RetuneConfig, Sample, SampleUse, Tuner, TunerConfig, golden_probe_bound,
+};
+
+fn config() -> impl Strategy<Value = TunerConfig> {
+    (
+        1usize..6,
+        0usize..200,
+        any::<prop::sample::Index>(),
+        1.01f64..4.0,
+        prop_oneof![Just(0.0), 0.0f64..0.5],
+        1u32..4,
+        prop::option::of((0.0f64..0.5, 1u32..5)),
+        any::<bool>(),
+        prop::option::of((0.01f64..1.0, 1u32..5)),
+    )
+        .prop_map(|(n_min, extra, start, alpha, tolerance, spp, rs, discard, rt)| {
+            let n_max = n_min + extra;
+            TunerConfig {
+                n0: n_min + start.index(extra + 1),
+                alpha,
+                n_min,
+                n_max,
+                tolerance,
+                samples_per_point: spp,
+                resample: rs.map(|(margin, max_samples)| ResampleConfig { margin, max_samples }),
+                discard_after_change: discard,
+                retune: rt.map(|(threshold, consecutive)| RetuneConfig { threshold, consecutive }),
+            }
+        })
+}
+
+fn goodput() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        4 => 0.0f64..1e10,
+        1 => Just(0.0),
+        1 => Just(f64::NAN),
+        1 => Just(f64::INFINITY),
+        1 => Just(f64::NEG_INFINITY),
+        1 => -1e10f64..0.0,
+        1 => Just(f64::MAX),
+        1 => Just(f64::MIN_POSITIVE),
+    ]
+}
+
+fn duration() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        8 => 0.001f64..10.0,
+        1 => Just(0.0),
+        1 => Just(f64::NAN),
+        1 => Just(f64::INFINITY),
+        1 => Just(-1.0),
+        1 => Just(f64::MAX),
+    ]
+}
+
+proptest! {
+    /// Never panics, always answers within [n_min, n_max], and every
+    /// golden-section episode ends within `golden_probe_bound` of its first
+    /// bracket's width, whatever the samples.
+    #[test]
+    fn any_samples_keep_the_tuner_sane(
+        cfg in config(),
+        samples in prop::collection::vec((goodput(), duration(), 0u8..20), 0..300),
+    ) {
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let mut episode: Option<(usize, usize)> = None; // (bound, probes so far)
+        for (g, d, wrong) in samples {
+            // Now and then a sample for the wrong N.
+            let n = if wrong == 0 { t.current() + 1 } else { t.current() };
+            let before = t.phase();
+            let step = t.observe(Sample { n, goodput_bytes_per_s: g, duration_s: d });
+            prop_assert!((cfg.n_min..=cfg.n_max).contains(&step.next_n), "{step:?}");
+            prop_assert_eq!(step.next_n, t.current());
+            prop_assert_eq!(step.phase, t.phase());
+            if before == Phase::Golden && step.sample == SampleUse::Used {
+                let (bound, probes) = episode.as_mut().unwrap();
+                *probes += 1;
+                prop_assert!(*probes <= *bound, "{} probes > bound {}", probes, bound);
+            }
+            if step.phase == Phase::Golden && before != Phase::Golden {
+                let b = *t.report().bracket_history.last().unwrap();
+                episode = Some((golden_probe_bound(b.r - b.l), 0));
+            }
+            if step.phase != Phase::Golden && before == Phase::Golden {
+                episode = None;
+            }
+        }
+        let r = t.report();
+        prop_assert!(r.final_n.is_none_or(|n| (cfg.n_min..=cfg.n_max).contains(&n)));
+        serde_json::to_string(&r).unwrap();
+    }
+
+    /// With valid samples only, the first search converges within
+    /// `max_search_intervals()`.
+    #[test]
+    fn valid_samples_converge_within_the_bound(
+        cfg in config(),
+        samples in prop::collection::vec(0.0f64..1e10, 1000),
+    ) {
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let bound = cfg.max_search_intervals();
+        let mut converged_at = None;
+        for (i, g) in samples.into_iter().enumerate() {
+            let n = t.current();
+            t.observe(Sample { n, goodput_bytes_per_s: g, duration_s: 1.0 });
+            if t.converged().is_some() {
+                converged_at = Some(i + 1);
+                break;
+            }
+        }
+        prop_assert!(converged_at.is_some_and(|i| i <= bound), "{converged_at:?} > {bound}");
+    }
+}
