@@ -152,8 +152,11 @@ pub fn nbd_server(dir: &Path, file: &Path, export: &str, extra: &str) -> (Peer, 
         ),
     )
     .unwrap();
+    // -d keeps it in the foreground (so the guard can stop it by PID), but
+    // then it serves a single connection: wait for the listening socket
+    // without connecting to it.
     let peer = Peer::spawn("nbd-server", Command::new("nbd-server").arg("-d").arg("-C").arg(&cfg));
-    wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10));
+    wait_listening(port, Duration::from_secs(10));
     (peer, format!("nbd://127.0.0.1:{port}/{export}"))
 }
 
@@ -189,4 +192,22 @@ pub async fn exercise(ep: &dyn Endpoint) {
         }
         assert!(pos <= ep.size());
     }
+}
+
+/// Waits until a socket listens on 127.0.0.1:`port` (from /proc/net/tcp),
+/// without connecting to it.
+pub fn wait_listening(port: u16, timeout: Duration) {
+    let needle = format!("0100007F:{port:04X}");
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        if table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == needle && f[3] == "0A"
+        }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on port {port} after {timeout:?}");
 }
