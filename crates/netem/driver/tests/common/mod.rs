@@ -68,3 +68,13 @@ pub fn load() -> String {
         .unwrap_or("?")
         .to_string()
 }
+
+/// Bytes received so far by interface `dev` in `side`'s namespace (layer 2:
+/// IP length + 14), from `ip -s -j link`.
+pub fn rx_bytes(sc: &Scenario, side: Side, dev: &str) -> u64 {
+    let mut c = Command::new("ip");
+    c.args(["-s", "-j", "link", "show", "dev", dev]);
+    let out = sc.exec(side, &mut c).expect("run ip");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+    v[0]["stats64"]["rx"]["bytes"].as_u64().expect("rx bytes")
+}
