@@ -153,10 +153,10 @@ pub fn run(cfg: &EmulatorConfig, shared: &Shared) -> Result<()> {
 fn setup(cfg: &EmulatorConfig) -> Result<(NfQueue, bool, std::os::fd::OwnedFd)> {
     let ns = wanblk_sys::netns::path_of(&cfg.router_ns);
     wanblk_sys::netns::enter(&ns).map_err(|e| Error::io(format!("enter namespace {}", ns.display()), e))?;
-    if let Some(cpu) = cfg.cpu {
-        if let Err(e) = sched::set_thread_affinity(&[cpu]) {
-            tracing::warn!("cannot pin the emulator to cpu {cpu}: {e}");
-        }
+    if let Some(cpu) = cfg.cpu
+        && let Err(e) = sched::set_thread_affinity(&[cpu])
+    {
+        tracing::warn!("cannot pin the emulator to cpu {cpu}: {e}");
     }
     let _ = sched::set_timer_slack_ns(1);
     let rt = cfg.rt_priority > 0 && sched::set_thread_fifo(cfg.rt_priority).is_ok();

@@ -36,7 +36,7 @@ pub mod topology;
 
 pub use scenario::{QueueSpec, Scenario, ScenarioBuilder, Side, SysctlProfile};
 pub use stats::{DirectionStats, Stats};
-pub use wanblk_netem_model::{Direction, Params, Profile, QueueLimit};
+pub use wanblk_netem_model::{self as model, Direction, Params, Profile, QueueLimit};
 
 /// Errors of the emulator driver. Each variant's message says what to do.
 #[derive(Debug, thiserror::Error)]

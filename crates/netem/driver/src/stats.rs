@@ -76,7 +76,7 @@ impl Stats {
         ));
         for (name, d) in [("fwd", &self.fwd), ("back", &self.back)] {
             let m = &d.model;
-            let mean = if m.out_packets == 0 { 0 } else { m.sum_late_ns / m.out_packets };
+            let mean = m.sum_late_ns.checked_div(m.out_packets).unwrap_or(0);
             s.push_str(&format!(
                 "{:<6} {:>12} {:>12} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8}us {:>9} {:>10}\n",
                 name,

@@ -75,6 +75,15 @@ impl Topology {
         }
     }
 
+    /// The namespace of `side`.
+    pub fn namespace(&self, side: crate::Side) -> &str {
+        match side {
+            crate::Side::Client => &self.client_ns,
+            crate::Side::Router => &self.router_ns,
+            crate::Side::Server => &self.server_ns,
+        }
+    }
+
     /// The run directory.
     pub fn run_dir(&self) -> PathBuf {
         run_dir(&self.name)
@@ -147,12 +156,17 @@ fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
     run(Command::new("ip").args(["netns", "exec", ns]).args(args))
 }
 
-/// The start time of process `pid` (`/proc/PID/stat` field 22), if it exists.
+/// The start time of process `pid` (`/proc/PID/stat` field 22), if it
+/// exists and is not a zombie.
 pub fn process_start_time(pid: u32) -> Option<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces: fields after the last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut rest = s[s.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
 }
 
 /// Whether the owner recorded in `st` is still running.

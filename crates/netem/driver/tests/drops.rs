@@ -24,8 +24,11 @@ fn queue_drops_match_tcp_retransmits() {
     let mut report = Vec::new();
     for _attempt in 0..2 {
         let before = sc.stats().unwrap();
-        let r = iperf3(&sc, &IperfRun { flows: 2, cc: Some("reno".into()), seconds: 8, omit: 0, ..IperfRun::default() })
-            .unwrap();
+        let r = iperf3(
+            &sc,
+            &IperfRun { flows: 2, cc: Some("reno".into()), seconds: 8, omit: 0, ..IperfRun::default() },
+        )
+        .unwrap();
         // Let the last retransmissions and the FIN exchange pass the emulator.
         std::thread::sleep(Duration::from_millis(300));
         let st = sc.stats().unwrap();

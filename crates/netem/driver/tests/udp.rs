@@ -77,7 +77,8 @@ fn random_loss_matches_the_probability() {
     let _srv = IperfServer::start(&sc).unwrap();
     let before = sc.stats().unwrap();
     // 50 Mbit/s of UDP, far below the rate: no queue drops, only random ones.
-    let r = iperf3(&sc, &IperfRun { udp_bps: Some(50_000_000), seconds: 5, omit: 0, ..IperfRun::default() }).unwrap();
+    let r = iperf3(&sc, &IperfRun { udp_bps: Some(50_000_000), seconds: 5, omit: 0, ..IperfRun::default() })
+        .unwrap();
     let st = sc.stats().unwrap();
     let n = (st.fwd.model.in_packets - before.fwd.model.in_packets) as f64;
     let drops = (st.fwd.model.random_drops - before.fwd.model.random_drops) as f64;
