@@ -35,9 +35,18 @@ fn parse_connections(s: &str) -> Result<Connections, String> {
     }
 }
 
-fn parse_interval(s: &str) -> Result<Option<Duration>, String> {
+/// The `--interval` argument.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum IntervalArg {
+    /// Chosen from the path.
+    Auto,
+    /// Fixed.
+    Every(Duration),
+}
+
+fn parse_interval(s: &str) -> Result<IntervalArg, String> {
     if s.eq_ignore_ascii_case("auto") {
-        return Ok(None);
+        return Ok(IntervalArg::Auto);
     }
     let (num, scale) = if let Some(ms) = s.strip_suffix("ms") {
         (ms, 1e-3)
@@ -47,7 +56,7 @@ fn parse_interval(s: &str) -> Result<Option<Duration>, String> {
         (s, 1.0)
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => Ok(Some(Duration::from_secs_f64(v * scale))),
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => Ok(IntervalArg::Every(Duration::from_secs_f64(v * scale))),
         _ => Err(format!("expected an interval such as 500ms, 2s or `auto`, got {s:?}")),
     }
 }
@@ -119,7 +128,7 @@ pub(crate) struct Args {
     /// from TCP_INFO; right after N changes, a shorter warm-up interval
     /// (about the time slow start needs) is measured and discarded.
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
-    interval: Option<Duration>,
+    interval: IntervalArg,
 
     /// Reproduce the paper's tuner exactly (strict comparisons, one sample
     /// per point, no warm-up discard, no re-tuning).
@@ -236,8 +245,8 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             TunerConfig { n0: initial, n_max: max_sessions, ..base }
         }),
         interval: match args.interval {
-            Some(d) => IntervalChoice::Fixed(d),
-            None => IntervalChoice::Auto(IntervalPolicy::default()),
+            IntervalArg::Every(d) => IntervalChoice::Fixed(d),
+            IntervalArg::Auto => IntervalChoice::Auto(IntervalPolicy::default()),
         },
     };
     let controller = {
