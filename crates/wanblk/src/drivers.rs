@@ -8,8 +8,15 @@ use wanblk_blockdev::Connector;
 use crate::location::NetOptions;
 
 /// An NBD connector for `uri`.
-pub(crate) fn nbd_connector(uri: &str, _opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
-    anyhow::bail!("{uri}: the NBD client is not wired in yet")
+pub(crate) fn nbd_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
+    let nbd = wanblk_nbd::NbdOptions {
+        structured_replies: opts.structured_replies,
+        block_status: opts.structured_replies,
+        congestion: opts.congestion.clone(),
+        ..wanblk_nbd::NbdOptions::default()
+    };
+    let c = wanblk_nbd::NbdConnector::new(uri, nbd).map_err(|e| anyhow::anyhow!("{uri}: {e}"))?;
+    Ok(Arc::new(c))
 }
 
 /// An iSCSI connector for `uri`.

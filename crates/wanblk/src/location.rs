@@ -56,11 +56,6 @@ impl Location {
         }
         Ok(Location::File(PathBuf::from(s)))
     }
-
-    /// True for stores reached over the network (opened as a session pool).
-    pub(crate) fn is_network(&self) -> bool {
-        matches!(self, Location::Nbd(_) | Location::Iscsi(_))
-    }
 }
 
 /// Options for opening network stores.

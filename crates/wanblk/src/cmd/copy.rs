@@ -316,7 +316,10 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         .collect();
     let mut report = Report {
         source: src.endpoint.name().to_string(),
-        destination: dst.endpoint.name().to_string(),
+        destination: match &dst.part {
+            Some((_, fin)) => fin.display().to_string(),
+            None => dst.endpoint.name().to_string(),
+        },
         bytes: src.endpoint.size(),
         seconds,
         goodput_mbps: if seconds > 0.0 { data_bytes as f64 * 8.0 / seconds / 1e6 } else { 0.0 },
