@@ -20,6 +20,12 @@ pub(crate) fn nbd_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Arc<
 }
 
 /// An iSCSI connector for `uri`.
-pub(crate) fn iscsi_connector(uri: &str, _opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
-    anyhow::bail!("{uri}: the iSCSI initiator is not wired in yet")
+pub(crate) fn iscsi_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
+    let iscsi = wanblk_iscsi::IscsiOptions {
+        mode: if opts.iscsi_mcs { wanblk_iscsi::Mode::Mcs } else { wanblk_iscsi::Mode::Sessions },
+        params: opts.iscsi_params.clone(),
+        command_bytes: opts.pool.request_size,
+        ..wanblk_iscsi::IscsiOptions::default()
+    };
+    Ok(Arc::new(wanblk_iscsi::IscsiConnector::new(uri, iscsi)?))
 }
