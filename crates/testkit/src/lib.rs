@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+pub mod nbd_hostile;
 pub mod peers;
 
 /// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) by PID

@@ -1,0 +1,101 @@
+//! A server that breaks the protocol or hangs up makes `wanblk copy` fail
+//! with a clear error naming the endpoint and the offset, a non-zero exit
+//! code, and no destination file that pretends to be complete.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+use tokio::io::AsyncWriteExt;
+use wanblk_testkit::nbd_hostile::{chunk, hostile, linger, read_request, simple};
+
+async fn copy_to_new_file(uri: &str, dst: &Path) -> Output {
+    let (uri, dst) = (uri.to_string(), dst.to_str().unwrap().to_string());
+    tokio::task::spawn_blocking(move || copy(&[&uri, &dst, "-C", "1"])).await.unwrap()
+}
+
+/// Checks the failure: exit code, message, and what is left on disk.
+fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "copy from a hostile server succeeded: {err}");
+    assert!(err.contains(uri), "error names the endpoint {uri}: {err}");
+    assert!(err.contains("offset"), "error names the offset: {err}");
+    assert!(err.contains(expect), "error says {expect:?}: {err}");
+    assert!(!dst.exists(), "{} must not exist after a failed copy", dst.display());
+    let part = dst.with_file_name(format!("{}.wanblk-part", dst.file_name().unwrap().to_str().unwrap()));
+    assert!(part.exists(), "the partial copy is kept under its .wanblk-part name");
+    assert!(err.contains("wanblk-part") && err.contains("not renamed"), "error says where the partial data is: {err}");
+    err
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_instead_of_a_reply() {
+    let uri = hostile(false, |mut s| async move {
+        read_request(&mut s).await;
+        let _ = s.write_all(b"this is certainly not an NBD reply header!!").await;
+        linger(s).await;
+    })
+    .await;
+    let dir = tempdir();
+    let dst = dir.path().join("out.img");
+    let out = copy_to_new_file(&uri, &dst).await;
+    assert_failed(&out, &uri, &dst, "protocol error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_with_an_unknown_cookie() {
+    let uri = hostile(true, |mut s| async move {
+        let r = read_request(&mut s).await;
+        let _ = s.write_all(&chunk(1, 0, r.cookie ^ 0xdead_beef, &[])).await;
+        linger(s).await;
+    })
+    .await;
+    let dir = tempdir();
+    let dst = dir.path().join("out.img");
+    let out = copy_to_new_file(&uri, &dst).await;
+    assert_failed(&out, &uri, &dst, "cookie");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_reply_then_hang_up() {
+    let uri = hostile(false, |mut s| async move {
+        let r = read_request(&mut s).await;
+        let reply = simple(r.cookie, 0);
+        // Half a reply header, then close.
+        let _ = s.write_all(&reply[..7]).await;
+    })
+    .await;
+    let dir = tempdir();
+    let dst = dir.path().join("out.img");
+    let out = copy_to_new_file(&uri, &dst).await;
+    assert_failed(&out, &uri, &dst, "I/O error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hang_up_mid_transfer_keeps_only_what_was_copied() {
+    let uri = hostile(false, |mut s| async move {
+        // Answer two reads with real data, then hang up with the rest pending.
+        for _ in 0..2 {
+            let r = read_request(&mut s).await;
+            let mut reply = simple(r.cookie, 0);
+            reply.extend(std::iter::repeat_n(0xa5u8, r.length as usize));
+            if s.write_all(&reply).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let dir = tempdir();
+    let dst = dir.path().join("out.img");
+    let out = copy_to_new_file(&uri, &dst).await;
+    let err = assert_failed(&out, &uri, &dst, "I/O error");
+    // The message says how far the copy got, and the part file holds
+    // exactly the answered data.
+    assert!(err.contains("bytes copied"), "{err}");
+    let part = dir.path().join("out.img.wanblk-part");
+    let bytes = std::fs::read(&part).unwrap();
+    let copied = bytes.iter().filter(|&&b| b == 0xa5).count();
+    assert_eq!(copied, 2 * (4 << 20), "exactly the two answered requests were written");
+}
