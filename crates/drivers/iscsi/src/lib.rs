@@ -282,10 +282,26 @@ impl IscsiConnector {
         {
             let s = Arc::clone(s);
             drop(guard);
+            let limit = s.params.max_connections as usize;
+            // RFC 7143 section 13.2: never more connections than MaxConnections.
+            if s.live.fetch_add(1, Ordering::SeqCst) >= limit {
+                s.live.fetch_sub(1, Ordering::SeqCst);
+                return Err(EndpointError::config(
+                    &self.name,
+                    None,
+                    format!("the session already has {limit} connections (the target's MaxConnections)"),
+                ));
+            }
             let cid = s.next_cid.fetch_add(1, Ordering::SeqCst);
-            let (link, _, _, _) =
-                self.open(s.isid, s.tsih, cid, Some(Arc::clone(&s.window)), Some(s.params.clone())).await?;
-            s.live.fetch_add(1, Ordering::SeqCst);
+            let opened =
+                self.open(s.isid, s.tsih, cid, Some(Arc::clone(&s.window)), Some(s.params.clone())).await;
+            let (link, _, _, _) = match opened {
+                Ok(o) => o,
+                Err(e) => {
+                    s.live.fetch_sub(1, Ordering::SeqCst);
+                    return Err(e);
+                }
+            };
             return Ok(Arc::new(IscsiEndpoint::new(
                 self.name.clone(),
                 link,
