@@ -42,6 +42,10 @@ pub struct ServeOptions {
     pub sparse_reads: bool,
     /// Requests served concurrently per connection.
     pub max_in_flight: usize,
+    /// Read and write payload bytes held per connection at once (bounds the
+    /// memory a client can make the server hold; at least one maximum
+    /// request always fits).
+    pub max_in_flight_bytes: usize,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
 }
@@ -55,6 +59,7 @@ impl Default for ServeOptions {
             structured_replies: true,
             sparse_reads: false,
             max_in_flight: 64,
+            max_in_flight_bytes: 256 << 20,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -257,6 +262,9 @@ impl NbdServer {
         });
         let writer = tokio::spawn(conn_writer(conn.clone(), w));
         let permits = Arc::new(Semaphore::new(self.opts.max_in_flight.max(1)));
+        // Payload budget in units of BUDGET_UNIT bytes.
+        let max_units = self.budget_units();
+        let budget = Arc::new(Semaphore::new(max_units as usize));
         let mut buf = BytesMut::with_capacity(256 * 1024);
         let mut result = Ok(());
         'conn: loop {
@@ -292,12 +300,20 @@ impl NbdServer {
                     ServerEvent::Close(_) => break 'conn,
                     ServerEvent::Request(req) => {
                         let permit = permits.clone().acquire_owned().await.expect("semaphore never closed");
+                        let units = match req.command {
+                            Command::Read | Command::Write => {
+                                (req.length.div_ceil(BUDGET_UNIT)).clamp(1, max_units)
+                            }
+                            _ => 1,
+                        };
+                        let bytes =
+                            budget.clone().acquire_many_owned(units).await.expect("semaphore never closed");
                         let this = self.clone();
                         let conn = conn.clone();
                         tokio::spawn(async move {
                             this.handle(&conn, req).await;
                             conn.wake.notify_one();
-                            drop(permit);
+                            drop((permit, bytes));
                         });
                     }
                 }
@@ -306,10 +322,17 @@ impl NbdServer {
         // Let requests in flight finish, then let the writer drain and close.
         let max = u32::try_from(self.opts.max_in_flight.max(1)).unwrap_or(u32::MAX);
         let _all = permits.acquire_many(max).await;
+        let _all_bytes = budget.acquire_many(max_units).await;
         conn.finished.store(true, std::sync::atomic::Ordering::SeqCst);
         conn.wake.notify_one();
         let _ = writer.await;
         result
+    }
+
+    fn budget_units(&self) -> u32 {
+        let max_request = self.export().block_sizes.maximum.div_ceil(BUDGET_UNIT);
+        let budget = u32::try_from(self.opts.max_in_flight_bytes / BUDGET_UNIT as usize).unwrap_or(u32::MAX);
+        budget.max(max_request).max(1)
     }
 
     async fn handle(&self, conn: &Conn, req: ServerRequest) {
@@ -420,6 +443,9 @@ fn read_chunks(offset: u64, data: Bytes, extents: &[wanblk_blockdev::Extent]) ->
     }
     chunks
 }
+
+/// Granularity of the per-connection payload budget.
+const BUDGET_UNIT: u32 = 64 * 1024;
 
 type BoxRead = Box<dyn AsyncRead + Unpin + Send>;
 type BoxWrite = Box<dyn AsyncWrite + Unpin + Send>;
