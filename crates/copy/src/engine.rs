@@ -290,6 +290,21 @@ async fn do_piece(
     Ok(Finished::Data(data))
 }
 
+/// How long a failed copy waits for pieces already in flight.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// After a failure: collects the pieces still in flight for up to
+/// [`SETTLE`], then abandons the rest.
+async fn settle(tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>, frontier: &mut Frontier) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        if let Ok((piece, Ok(done))) = joined {
+            frontier.finish(piece, done);
+        }
+    }
+    tasks.abort_all();
+}
+
 /// Copies all of `src` to the first `src.size()` bytes of `dst`.
 ///
 /// `slots` says how many requests the sessions can carry right now (active
@@ -377,7 +392,10 @@ pub async fn copy(
         match result {
             Ok(done) => frontier.finish(piece, done),
             Err(e) => {
-                tasks.abort_all();
+                // Stop issuing; let pieces already under way finish (their
+                // data may be read and only waiting to be written) so the
+                // destination and the report hold everything that arrived.
+                settle(&mut tasks, &mut frontier).await;
                 return Err(fail(e.at(piece.offset), &frontier, &progress));
             }
         }
