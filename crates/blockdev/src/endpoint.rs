@@ -137,11 +137,17 @@ impl fmt::Display for EndpointError {
         if let Some(o) = self.offset {
             write!(f, " at offset {o}")?;
         }
-        match &self.kind {
-            ErrorKind::Protocol(m) => write!(f, ": protocol error: {m}"),
-            ErrorKind::Server { code, message } => write!(f, ": server error {code}: {message}"),
-            ErrorKind::Io(m) => write!(f, ": I/O error: {m}"),
-            ErrorKind::Config(m) => write!(f, ": {m}"),
+        write!(f, ": {}", self.kind)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Protocol(m) => write!(f, "protocol error: {m}"),
+            ErrorKind::Server { code, message } => write!(f, "server error {code}: {message}"),
+            ErrorKind::Io(m) => write!(f, "I/O error: {m}"),
+            ErrorKind::Config(m) => write!(f, "{m}"),
         }
     }
 }

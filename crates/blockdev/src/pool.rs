@@ -136,6 +136,8 @@ struct Shared {
     completed_bytes: AtomicU64,
     closed: AtomicBool,
     notes: Mutex<Vec<String>>,
+    /// The most recent connection failure, quoted if reconnecting fails too.
+    last_failure: Mutex<Option<EndpointError>>,
 }
 
 /// The block device layer over N parallel sessions. See the module docs.
@@ -220,6 +222,7 @@ impl Pool {
             completed_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             notes: Mutex::new(notes),
+            last_failure: Mutex::new(None),
         });
         Shared::add_session(&shared, first);
         let pool = Pool { shared, size, caps, request_size };
@@ -453,7 +456,15 @@ impl Shared {
                             this.want_active.store(settle, Ordering::SeqCst);
                             this.rebalance();
                         } else if healthy == 0 {
-                            this.fail_all(e);
+                            let err = match lock(&this.last_failure).clone() {
+                                Some(f) => EndpointError::io(
+                                    &this.name,
+                                    None,
+                                    format!("{} (and reconnecting failed: {})", f.kind, e.kind),
+                                ),
+                                None => e,
+                            };
+                            this.fail_all(err);
                         }
                     }
                 }
@@ -475,6 +486,7 @@ impl Shared {
 
     /// A session's connection failed while it carried `job`.
     fn session_failed(self: &Arc<Self>, session: &Session, job: Job, err: EndpointError) {
+        *lock(&self.last_failure) = Some(err.clone());
         if !session.failed.swap(true, Ordering::SeqCst) {
             self.note(format!("session {} failed: {err}", session.index));
             let ep = Arc::clone(&session.endpoint);

@@ -1,6 +1,6 @@
 //! Helpers for the command-level tests: run the `wanblk` binary, read its
 //! JSON report, make test images.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::Path;
 use std::process::{Command, Output};
