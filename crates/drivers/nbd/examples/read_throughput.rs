@@ -1,7 +1,7 @@
-//! Loopback read throughput of the NBD client.
+//! Loopback read (or write) throughput of the NBD client.
 //!
 //! ```text
-//! cargo run --release -p wanblk-nbd --example read_throughput -- [URI] [CONNECTIONS] [SECONDS] [REQUEST] [DEPTH]
+//! cargo run --release -p wanblk-nbd --example read_throughput -- [URI] [CONNECTIONS] [SECONDS] [REQUEST] [DEPTH] [read|write]
 //! ```
 //!
 //! Without a URI (or with `-`) it serves a 1 GiB in-memory export with our
@@ -24,6 +24,8 @@ async fn main() {
     let secs: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5);
     let req: u32 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4 << 20);
     let depth: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(8);
+    let write = args.get(5).is_some_and(|m| m == "write");
+    let payload = bytes::Bytes::from(vec![0xa5u8; req as usize]);
 
     let uri = if uri_arg == "-" {
         let mem = Arc::new(MemoryEndpoint::new("mem", 1 << 30, Fill::Zero));
@@ -52,14 +54,18 @@ async fn main() {
     let mut tasks = Vec::new();
     for (ci, s) in sessions.iter().enumerate() {
         for d in 0..depth {
-            let (s, total) = (s.clone(), total.clone());
+            let (s, total, payload) = (s.clone(), total.clone(), payload.clone());
             let slots = size / u64::from(req);
             tasks.push(tokio::spawn(async move {
                 let mut i = (ci * depth + d) as u64;
                 while Instant::now() < deadline {
                     let off = (i % slots) * u64::from(req);
-                    let b = s.read(off, req).await.unwrap();
-                    total.fetch_add(b.len() as u64, Ordering::Relaxed);
+                    if write {
+                        s.write(off, payload.clone(), false).await.unwrap();
+                    } else {
+                        s.read(off, req).await.unwrap();
+                    }
+                    total.fetch_add(u64::from(req), Ordering::Relaxed);
                     i += 7;
                 }
             }));
@@ -71,7 +77,8 @@ async fn main() {
     let el = start.elapsed().as_secs_f64();
     let bytes = total.load(Ordering::Relaxed) as f64;
     println!(
-        "{uri}: {conns} connection(s), {depth} x {} KiB in flight each: {:.0} MiB/s ({:.2} Gbit/s)",
+        "{uri}: {} {conns} connection(s), {depth} x {} KiB in flight each: {:.0} MiB/s ({:.2} Gbit/s)",
+        if write { "write" } else { "read" },
         req / 1024,
         bytes / el / (1 << 20) as f64,
         bytes * 8.0 / el / 1e9
