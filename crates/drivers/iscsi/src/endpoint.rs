@@ -188,6 +188,11 @@ impl IscsiEndpoint {
         self.cid
     }
 
+    /// The negotiated login values of this connection.
+    pub fn params(&self) -> wanblk_iscsi_proto::Params {
+        self.link.params()
+    }
+
     /// Vendor and product from INQUIRY.
     pub fn product(&self) -> (String, String) {
         (self.lun.vendor.clone(), self.lun.product.clone())

@@ -106,6 +106,11 @@ impl Link {
         self.lock().conn.error().cloned()
     }
 
+    /// The negotiated values.
+    pub(crate) fn params(&self) -> wanblk_iscsi_proto::Params {
+        self.lock().conn.params().clone()
+    }
+
     /// Commands in flight.
     pub(crate) fn in_flight(&self) -> usize {
         self.lock().conn.in_flight()

@@ -152,9 +152,26 @@ impl Tgt {
     }
 
     /// Deletes target `tid` at once (drops its connections).
+    /// tgt refuses ("this logical unit is still active") while commands are
+    /// queued on the LU, even with --force: retry for a while.
     pub fn delete_target(&self, tid: u32) {
-        self.tgtadm(&["--op", "delete", "--force", "--mode", "target", "--tid", &tid.to_string()]);
-        self.tids.lock().unwrap().retain(|&t| t != tid);
+        let ctl = self.ctl.to_string();
+        let t = tid.to_string();
+        for _ in 0..200 {
+            let out = Command::new("tgtadm")
+                .args([
+                    "-C", &ctl, "--lld", "iscsi", "--op", "delete", "--force", "--mode", "target", "--tid",
+                    &t,
+                ])
+                .output()
+                .expect("run tgtadm");
+            if out.status.success() {
+                self.tids.lock().unwrap().retain(|&x| x != tid);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("tgtadm could not delete target {tid}");
     }
 
     /// The URI of LUN 1 of `iqn`.
