@@ -141,6 +141,16 @@ impl fmt::Display for EndpointError {
     }
 }
 
+impl ErrorKind {
+    /// The message without its category prefix.
+    pub fn detail(&self) -> &str {
+        match self {
+            ErrorKind::Protocol(m) | ErrorKind::Io(m) | ErrorKind::Config(m) => m,
+            ErrorKind::Server { message, .. } => message,
+        }
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -460,7 +460,7 @@ impl Shared {
                                 Some(f) => EndpointError::io(
                                     &this.name,
                                     None,
-                                    format!("{} (and reconnecting failed: {})", f.kind, e.kind),
+                                    format!("{} (and reconnecting failed: {})", f.kind.detail(), e.kind.detail()),
                                 ),
                                 None => e,
                             };

@@ -266,8 +266,11 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         let pools = pools.clone();
         move || pools.iter().map(|p| p.slots()).max().unwrap_or(args.requests as usize * 2)
     };
+    // Pieces match what one request carries after the pools fitted the
+    // request size to the servers' block sizes, so a piece is never split.
+    let request_size = pools.iter().map(|p| p.request_size()).min().unwrap_or(args.request_size);
     let opts = CopyOptions {
-        request_size: args.request_size,
+        request_size,
         verify: args.verify,
         destination_is_zero: args.destination_is_zero || dst.known_zero,
         sparse: !args.no_sparse,
@@ -328,7 +331,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
         connections: state.current_n().max(1),
         requests: args.requests as usize,
-        request_size: args.request_size,
+        request_size,
         samples,
         sha256: None,
         tuning: state.tuning().map(|t| serde_json::to_value(t).unwrap_or_default()),
