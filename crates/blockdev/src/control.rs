@@ -6,12 +6,23 @@
 //! [`wanblk_apt::Tuner`] and applies the answer to every pool with
 //! [`Pool::set_active`]. Without a tuner it only records samples (fixed N).
 //!
+//! What is counted: a request carries megabytes, so counting only whole
+//! completed requests quantizes a short interval badly (at N sessions x 4
+//! MiB requests, one interval may see 0 or 2 completions per session). When
+//! every active session runs over TCP, the controller therefore counts the
+//! payload-carrying bytes the kernel delivered or had acknowledged
+//! (`tcpi_bytes_received + tcpi_bytes_acked` of every session, unique bytes,
+//! retransmissions excluded): progress of requests in flight, not of
+//! requests merely submitted. Over Unix sockets (no TCP_INFO) it falls back
+//! to completed requests. Both figures are kept in every sample.
+//!
 //! The interval is either fixed (`--interval 2s`) or chosen from the path
 //! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
 //! active session (RTT from `TCP_INFO`) and long enough for every session to
 //! complete several requests; a sample taken right after N changed is a
 //! short warm-up the tuner discards.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,8 +57,13 @@ pub struct IntervalSample {
     pub t_s: f64,
     /// Active sessions during the interval.
     pub n: usize,
-    /// Goodput over the interval in Mbit/s (10^6 bits per second).
+    /// Goodput over the interval in Mbit/s (10^6 bits per second): the
+    /// figure the tuner saw (transport bytes when available, see the module docs).
     pub goodput_mbps: f64,
+    /// Goodput from completed requests only, Mbit/s.
+    pub completed_mbps: f64,
+    /// The goodput came from TCP byte counters (else from completions).
+    pub from_tcp: bool,
     /// Length of the interval in seconds.
     pub duration_s: f64,
     /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
@@ -77,6 +93,38 @@ impl ControlState {
     /// The active N now.
     pub fn current_n(&self) -> usize {
         self.current_n.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Per-session cumulative TCP byte counters, to difference between samples.
+#[derive(Debug, Default)]
+struct TransportMeter {
+    last: HashMap<(usize, usize), u64>,
+}
+
+impl TransportMeter {
+    /// Bytes moved since the last call, per pool, counting only sessions
+    /// seen both times (so sessions opening or failing do not jump the sum).
+    /// `None` when an active session has no TCP_INFO (e.g. a Unix socket).
+    fn delta(&mut self, pools: &[Arc<Pool>]) -> Option<Vec<u64>> {
+        let mut now = HashMap::new();
+        let mut usable = true;
+        let mut per_pool = vec![0u64; pools.len()];
+        for (p, pool) in pools.iter().enumerate() {
+            for (s, active, infos) in pool.session_tcp_info() {
+                if infos.is_empty() {
+                    usable &= !active;
+                    continue;
+                }
+                let total: u64 = infos.iter().map(|i| i.bytes_received + i.bytes_acked).sum();
+                if let Some(prev) = self.last.get(&(p, s)) {
+                    per_pool[p] += total.saturating_sub(*prev);
+                }
+                now.insert((p, s), total);
+            }
+        }
+        self.last = now;
+        usable.then_some(per_pool)
     }
 }
 
@@ -124,6 +172,8 @@ pub async fn run(
     let start = Instant::now();
     let mut last_t = start;
     let mut last_bytes = completed();
+    let mut meter = TransportMeter::default();
+    let _ = meter.delta(&pools);
     let mut last_goodput = f64::NAN;
     loop {
         let rtt = max_rtt_s(&pools);
@@ -145,12 +195,19 @@ pub async fn run(
         };
         let now = Instant::now();
         let bytes = completed();
+        let transport = meter.delta(&pools);
         let dt = now.duration_since(last_t).as_secs_f64();
-        let goodput = if dt > 0.0 { (bytes - last_bytes) as f64 / dt } else { f64::NAN };
+        let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
+        let completed_rate = rate(bytes.saturating_sub(last_bytes));
+        // A copy between two pools runs at the pace of the slower one.
+        let transport_rate = transport.as_ref().and_then(|v| v.iter().copied().min()).map(rate);
+        let goodput = transport_rate.unwrap_or(completed_rate);
         let mut sample = IntervalSample {
             t_s: now.duration_since(start).as_secs_f64(),
             n,
             goodput_mbps: goodput * 8.0 / 1e6,
+            completed_mbps: completed_rate * 8.0 / 1e6,
+            from_tcp: transport_rate.is_some(),
             duration_s: dt,
             rtt_ms: rtt * 1e3,
             discarded: stopped,

@@ -2,16 +2,8 @@
 
 use serde::Serialize;
 
-/// One goodput measurement interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Sample {
-    /// End of the interval, seconds since the copy started.
-    pub t_s: f64,
-    /// Active sessions during the interval.
-    pub n: usize,
-    /// Payload bytes completed in the interval, in Mbit/s (10^6 bits).
-    pub goodput_mbps: f64,
-}
+/// One goodput measurement interval (`t_s`, `n`, `goodput_mbps` and more).
+pub use wanblk_blockdev::control::IntervalSample as Sample;
 
 /// Everything a finished (or failed) copy reports.
 #[derive(Debug, Clone, Serialize)]

@@ -312,11 +312,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         }
     }
     let data_bytes = progress.data.load(Ordering::Relaxed);
-    let samples: Vec<Sample> = state
-        .samples()
-        .iter()
-        .map(|s| Sample { t_s: s.t_s, n: s.n, goodput_mbps: s.goodput_mbps })
-        .collect();
+    let samples: Vec<Sample> = state.samples();
     let mut report = Report {
         source: src.endpoint.name().to_string(),
         destination: match &dst.part {
