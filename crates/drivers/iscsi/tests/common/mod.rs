@@ -249,6 +249,8 @@ pub struct FakeConn {
     pub codec: Codec,
     pub stat_sn: u32,
     pub exp_cmd_sn: u32,
+    /// Login answers overriding "Irrelevant" for these keys.
+    pub answers: Vec<(String, String)>,
 }
 
 impl FakeConn {
@@ -296,7 +298,10 @@ impl FakeConn {
                 match k.as_str() {
                     "AuthMethod" => answer.push((k.clone(), "None".into())),
                     "InitiatorName" | "TargetName" | "SessionType" | "MaxRecvDataSegmentLength" => {}
-                    _ => answer.push((k.clone(), "Irrelevant".into())),
+                    _ => match self.answers.iter().find(|(a, _)| a == k) {
+                        Some((_, v)) => answer.push((k.clone(), v.clone())),
+                        None => answer.push((k.clone(), "Irrelevant".into())),
+                    },
                 }
             }
             self.exp_cmd_sn = r.cmd_sn;
@@ -320,6 +325,13 @@ impl FakeConn {
             });
             self.send(h, &text::encode(&answer));
             if done {
+                for (k, v) in &self.answers {
+                    match (k.as_str(), v.as_str()) {
+                        ("HeaderDigest", "CRC32C") => self.codec.header_digest = true,
+                        ("DataDigest", "CRC32C") => self.codec.data_digest = true,
+                        _ => {}
+                    }
+                }
                 return;
             }
         }
@@ -441,6 +453,7 @@ impl FakeTarget {
                 codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
                 stat_sn: 1,
                 exp_cmd_sn: 0,
+                answers: Vec::new(),
             };
             script(&mut c);
             // Keep the connection open a moment so the initiator sees the
