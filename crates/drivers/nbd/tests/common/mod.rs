@@ -3,7 +3,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 use wanblk_nbd::{NbdConnector, NbdOptions, NbdServer, NbdSession, ServeOptions};
 pub mod hostile;
 
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_path, wait_for_tcp};
+use wanblk_testkit::{Peer, free_port, require_tool, wait_for_path};
 
 /// Every test step is bounded: nothing may hang.
 pub async fn within<T>(secs: u64, f: impl Future<Output = T>) -> T {
@@ -39,7 +38,7 @@ pub fn pattern(len: usize, seed: u64) -> Bytes {
 
 /// Our server on 127.0.0.1, stopped when the guard drops.
 pub struct TestServer {
-    pub addr: SocketAddr,
+    pub addr: std::net::SocketAddr,
     pub uri: String,
     pub server: Arc<NbdServer>,
     stop: Option<oneshot::Sender<()>>,
@@ -118,7 +117,7 @@ pub fn nbdkit_tcp(args: &[&str]) -> (Peer, String) {
             .arg(port.to_string())
             .args(args),
     );
-    wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10));
+    wait_listening(port, Duration::from_secs(10));
     (peer, format!("nbd://127.0.0.1:{port}/"))
 }
 
@@ -135,7 +134,8 @@ pub fn qemu_nbd(file: &Path, export: &str, extra: &[&str]) -> (Peer, String) {
             .args(extra)
             .arg(file),
     );
-    wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10));
+    // No probe connection: it would count against --shared.
+    wait_listening(port, Duration::from_secs(10));
     (peer, format!("nbd://127.0.0.1:{port}/{export}"))
 }
 
