@@ -204,7 +204,8 @@ impl IscsiEndpoint {
             return Err(EndpointError::io(&self.name, Some(offset), "endpoint is closed"));
         }
         let bl = u64::from(self.lun.block_len);
-        if offset % bl != 0 || len % bl != 0 {
+        // The block length is a power of two (checked when READ CAPACITY is parsed).
+        if (offset | len) & (bl - 1) != 0 {
             return Err(EndpointError::config(
                 &self.name,
                 Some(offset),

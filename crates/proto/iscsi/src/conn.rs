@@ -637,9 +637,10 @@ impl Connection {
             opcode == crate::pdu::Opcode::ScsiCommand as u8 || opcode == crate::pdu::Opcode::DataOut as u8;
         if is_task_pdu && self.tasks.remove(&itt).is_some() {
             self.events.push_back(Event::Completed { itt, result: Err(CommandError::Rejected(reason)) });
-        } else if opcode == crate::pdu::Opcode::NopOut as u8 && self.pings.remove(&itt).is_some() {
-            self.events.push_back(Event::Rejected { reason });
         } else {
+            if opcode == crate::pdu::Opcode::NopOut as u8 {
+                self.pings.remove(&itt);
+            }
             self.events.push_back(Event::Rejected { reason });
         }
         Ok(())

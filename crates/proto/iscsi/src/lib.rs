@@ -23,7 +23,7 @@
 //! - [`pdu`]: BHS/AHS/data segment codec with CRC32C digests ([`digest`]).
 //! - [`text`]: `key=value` text; [`keys`]: negotiation rules and LFN defaults.
 //! - [`login`]: the login state machine (AuthMethod None or CHAP/MD5, [`md5`]).
-//! - [`discovery`]: SendTargets.
+//! - [`discovery`]: the SendTargets exchange.
 //! - [`conn`]: a full-feature connection and the session command window.
 //! - [`scsi`]: CDBs, INQUIRY/VPD/READ CAPACITY parsers, sense decoding.
 #![forbid(unsafe_code)]
