@@ -1,0 +1,74 @@
+//! `wanblk copy --connections auto` moves N while it copies: from nbdkit
+//! (TCP on loopback, a per-connection rate limit so more sessions really
+//! help up to a total cap) to `null:`, with the data checked by sha256.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use sha2::{Digest, Sha256};
+use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+
+const SIZE: u64 = 1 << 30;
+
+/// sha256 of nbdkit's `pattern` plugin: each 8-byte big-endian word holds its offset.
+fn pattern_sha256(size: u64) -> String {
+    let mut h = Sha256::new();
+    let mut buf = Vec::with_capacity(1 << 20);
+    let mut off = 0u64;
+    while off < size {
+        buf.clear();
+        for w in 0..(1u64 << 17) {
+            buf.extend_from_slice(&(off + w * 8).to_be_bytes());
+        }
+        h.update(&buf);
+        off += 1 << 20;
+    }
+    hex::encode(h.finalize())
+}
+
+#[test]
+fn auto_moves_n_and_reports_the_search() {
+    require_tool("nbdkit", "nbdkit");
+    let dir = tempdir();
+    let port = free_port();
+    let _nbdkit = Peer::spawn(
+        "nbdkit",
+        Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--filter=rate", "pattern", &SIZE.to_string(), "connection-rate=400M", "rate=1600M"]),
+    );
+    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
+    let uri = format!("nbd://127.0.0.1:{port}/");
+    let rep = dir.path().join("auto.json");
+    let out = copy_ok(&[
+        &uri,
+        "null:",
+        "-C",
+        "auto",
+        "--initial-connections",
+        "1",
+        "--max-connections",
+        "16",
+        "--verify",
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), pattern_sha256(SIZE), "the data copied is nbdkit's pattern");
+    let r = report(&rep);
+    let samples = r["samples"].as_array().expect("samples");
+    let ns: BTreeSet<u64> = samples.iter().map(|s| s["n"].as_u64().unwrap()).collect();
+    assert!(ns.len() >= 3, "the search tried at least 3 values of N: {ns:?}\n{r:#}");
+    for s in samples {
+        assert!(s["t_s"].as_f64().is_some() && s["goodput_mbps"].as_f64().is_some(), "{s}");
+    }
+    let final_n = r["connections"].as_u64().unwrap();
+    assert!((1..=16).contains(&final_n), "final N within bounds: {final_n}");
+    let tuning = &r["tuning"];
+    assert!(tuning["phase"].is_string(), "tuning phase reported: {tuning}");
+    assert!(tuning["steps"].as_array().is_some_and(|s| !s.is_empty()), "tuning steps recorded: {tuning}");
+    assert_eq!(tuning["current_n"], final_n, "report's final N is the tuner's");
+}
