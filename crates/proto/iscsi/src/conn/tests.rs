@@ -1,1 +1,373 @@
+//! The connection driven by an in-memory target: exact PDU sequences, no
+//! sockets, no clock.
 
+use super::*;
+use crate::pdu::{LogoutResponse, Opcode, ScsiCommand};
+use crate::scsi;
+
+fn params() -> Params {
+    Params {
+        initial_r2t: false,
+        immediate_data: true,
+        first_burst: 8192,
+        max_burst: 8192,
+        max_send_data_segment: 4096,
+        max_recv_data_segment: 65536,
+        ..Params::default()
+    }
+}
+
+/// The in-memory target side: decodes what the initiator sent.
+struct Target {
+    codec: Codec,
+    stat_sn: u32,
+}
+
+impl Target {
+    fn new() -> Target {
+        Target {
+            codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
+            stat_sn: 100,
+        }
+    }
+
+    fn drain(&self, c: &mut Connection) -> Vec<Pdu> {
+        let mut b = BytesMut::new();
+        while let Some(p) = c.poll_transmit() {
+            b.extend_from_slice(&p.to_vec());
+        }
+        let mut v = Vec::new();
+        while let Some(p) = self.codec.decode(&mut b).unwrap() {
+            v.push(p);
+        }
+        assert!(b.is_empty());
+        v
+    }
+
+    fn bytes(&self, h: Header, data: &[u8]) -> BytesMut {
+        BytesMut::from(&self.codec.encode(&h, Bytes::copy_from_slice(data)).to_vec()[..])
+    }
+
+    fn data_in(&mut self, itt: u32, sn: u32, off: u32, data: &[u8], status: bool) -> BytesMut {
+        let stat_sn = self.stat_sn;
+        if status {
+            self.stat_sn += 1;
+        }
+        self.bytes(
+            Header::DataIn(DataIn {
+                final_: status,
+                ack: false,
+                overflow: false,
+                underflow: false,
+                has_status: status,
+                status: 0,
+                lun: 0,
+                itt,
+                ttt: RESERVED_TAG,
+                stat_sn,
+                exp_cmd_sn: 1,
+                max_cmd_sn: 10,
+                data_sn: sn,
+                buffer_offset: off,
+                residual: 0,
+            }),
+            data,
+        )
+    }
+
+    fn response(&mut self, itt: u32, status: u8, sense: &[u8]) -> BytesMut {
+        let stat_sn = self.stat_sn;
+        self.stat_sn += 1;
+        let mut d = Vec::new();
+        if !sense.is_empty() {
+            d.extend_from_slice(&(sense.len() as u16).to_be_bytes());
+            d.extend_from_slice(sense);
+        }
+        self.bytes(
+            Header::ScsiResponse(ScsiResponse {
+                bidi_overflow: false,
+                bidi_underflow: false,
+                overflow: false,
+                underflow: false,
+                response: 0,
+                status,
+                itt,
+                snack_tag: 0,
+                stat_sn,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 20,
+                exp_data_sn: 0,
+                bidi_residual: 0,
+                residual: 0,
+            }),
+            &d,
+        )
+    }
+}
+
+fn read_cmd(len: u32) -> Command {
+    Command { cdb: scsi::read16(0, len / 512), dir: DataDir::Read(len) }
+}
+
+fn completed(c: &mut Connection) -> Vec<(u32, Result<Outcome, CommandError>)> {
+    let mut v = Vec::new();
+    while let Some(e) = c.poll_event() {
+        if let Event::Completed { itt, result } = e {
+            v.push((itt, result));
+        }
+    }
+    v
+}
+
+#[test]
+fn read_over_several_data_in_pdus() {
+    let mut c = Connection::new(params(), encode_lun(1), 5);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let mut t = Target::new();
+    let itt = c.start_command(read_cmd(3000), w.take().unwrap()).unwrap();
+    let sent = t.drain(&mut c);
+    assert_eq!(sent.len(), 1);
+    let Header::ScsiCommand(cmd) = sent[0].header else { panic!() };
+    assert!(cmd.read && !cmd.write && cmd.final_);
+    assert_eq!((cmd.expected_len, cmd.cmd_sn, cmd.exp_stat_sn, cmd.lun), (3000, 1, 5, encode_lun(1)));
+    let mut b = t.data_in(itt, 0, 0, &[1; 1000], false);
+    b.extend_from_slice(&t.data_in(itt, 1, 1000, &[2; 2000], true));
+    // Feed one byte at a time: framing must not care.
+    let mut input = BytesMut::new();
+    for byte in b.iter() {
+        input.extend_from_slice(&[*byte]);
+        c.handle_input(&mut input, &mut w).unwrap();
+    }
+    let done = completed(&mut c);
+    assert_eq!(done.len(), 1);
+    let data = done[0].1.as_ref().unwrap().data.clone();
+    assert_eq!(data.len(), 3000);
+    assert!(data[..1000].iter().all(|&x| x == 1) && data[1000..].iter().all(|&x| x == 2));
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn write_with_immediate_unsolicited_and_r2t_data() {
+    let mut c = Connection::new(params(), 0, 0);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let t = Target::new();
+    let data: Bytes = (0..20000u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+    let itt = c
+        .start_command(Command { cdb: scsi::write16(0, 40, false), dir: DataDir::Write(data.clone()) }, 1)
+        .unwrap();
+    let sent = t.drain(&mut c);
+    // Command with 4096 immediate bytes (target MRDSL), then one unsolicited
+    // Data-Out up to FirstBurstLength 8192.
+    assert_eq!(sent.len(), 2);
+    let Header::ScsiCommand(cmd) = sent[0].header else { panic!() };
+    assert!(cmd.write && !cmd.final_);
+    assert_eq!(sent[0].data, data.slice(..4096));
+    let Header::DataOut(d) = sent[1].header else { panic!() };
+    assert_eq!((d.ttt, d.data_sn, d.buffer_offset, d.final_), (RESERVED_TAG, 0, 4096, true));
+    assert_eq!(sent[1].data, data.slice(4096..8192));
+    // Two R2Ts outstanding at once (MaxOutstandingR2T > 1).
+    let r2t = |sn: u32, off: u32, len: u32| {
+        t.bytes(
+            Header::R2t(R2t {
+                lun: 0,
+                itt,
+                ttt: 0x40 + sn,
+                stat_sn: 100,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 10,
+                r2t_sn: sn,
+                buffer_offset: off,
+                desired_len: len,
+            }),
+            &[],
+        )
+    };
+    let mut b = r2t(0, 8192, 8192);
+    b.extend_from_slice(&r2t(1, 16384, 3616));
+    c.handle_input(&mut b, &mut w).unwrap();
+    let sent = t.drain(&mut c);
+    let outs: Vec<(u32, u32, u32, bool, usize)> = sent
+        .iter()
+        .map(|p| match p.header {
+            Header::DataOut(d) => (d.ttt, d.data_sn, d.buffer_offset, d.final_, p.data.len()),
+            h => panic!("{h:?}"),
+        })
+        .collect();
+    assert_eq!(
+        outs,
+        vec![(0x40, 0, 8192, false, 4096), (0x40, 1, 12288, true, 4096), (0x41, 0, 16384, true, 3616)]
+    );
+    assert_eq!(sent[2].data, data.slice(16384..));
+    // Beyond the burst limit and beyond the transfer length are protocol errors.
+    let mut bad = r2t(2, 0, 16384);
+    assert!(matches!(c.handle_input(&mut bad, &mut w), Err(ConnError::BadR2t { .. })));
+    let done = completed(&mut c);
+    assert!(matches!(done[0].1, Err(CommandError::Connection(ConnError::BadR2t { .. }))));
+}
+
+#[test]
+fn initial_r2t_without_immediate_data_sends_nothing_unsolicited() {
+    let p = Params { initial_r2t: true, immediate_data: false, ..params() };
+    let mut c = Connection::new(p, 0, 0);
+    let t = Target::new();
+    c.start_command(
+        Command { cdb: scsi::write16(0, 8, false), dir: DataDir::Write(Bytes::from(vec![0u8; 4096])) },
+        1,
+    )
+    .unwrap();
+    let sent = t.drain(&mut c);
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].data.is_empty());
+    let Header::ScsiCommand(cmd) = sent[0].header else { panic!() };
+    assert!(cmd.final_);
+}
+
+#[test]
+fn window_opens_and_closes() {
+    let mut w = CmdWindow::new(1, 1, 2);
+    assert_eq!(w.take(), Some(1));
+    assert_eq!(w.take(), Some(2));
+    assert_eq!(w.take(), None);
+    assert_eq!(w.current(), 3);
+    assert!(!w.update(2, 1), "MaxCmdSN < ExpCmdSN - 1 is ignored");
+    assert!(!w.update(1, 2), "going back is ignored");
+    assert!(w.update(3, 4));
+    assert_eq!(w.take(), Some(3));
+    // Wrap-around.
+    let mut w = CmdWindow::new(u32::MAX, u32::MAX, 1);
+    assert_eq!(w.take(), Some(u32::MAX));
+    assert_eq!(w.take(), Some(0));
+    assert_eq!(w.take(), Some(1));
+    assert_eq!(w.take(), None);
+}
+
+#[test]
+fn answers_target_nop_in() {
+    let mut c = Connection::new(params(), 0, 7);
+    let mut w = CmdWindow::new(3, 3, 10);
+    let t = Target::new();
+    let mut b = t.bytes(
+        Header::NopIn(NopIn {
+            lun: 0,
+            itt: RESERVED_TAG,
+            ttt: 0x99,
+            stat_sn: 7,
+            exp_cmd_sn: 3,
+            max_cmd_sn: 12,
+        }),
+        b"ping",
+    );
+    c.handle_input(&mut b, &mut w).unwrap();
+    assert_eq!(w.bounds(), (3, 12));
+    let sent = t.drain(&mut c);
+    let Header::NopOut(n) = sent[0].header else { panic!() };
+    assert!(n.immediate);
+    assert_eq!((n.itt, n.ttt, n.cmd_sn, n.exp_stat_sn), (RESERVED_TAG, 0x99, 3, 7));
+    assert_eq!(&sent[0].data[..], b"ping");
+    // Our own ping is answered with its ITT.
+    let itt = c.ping(&w).unwrap();
+    t.drain(&mut c);
+    let mut b = t.bytes(
+        Header::NopIn(NopIn { lun: 0, itt, ttt: RESERVED_TAG, stat_sn: 7, exp_cmd_sn: 3, max_cmd_sn: 12 }),
+        &[],
+    );
+    c.handle_input(&mut b, &mut w).unwrap();
+    assert_eq!(c.poll_event(), Some(Event::Pong { itt }));
+}
+
+#[test]
+fn sense_reject_and_logout() {
+    let mut c = Connection::new(params(), 0, 0);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let mut t = Target::new();
+    let a = c.start_command(read_cmd(512), w.take().unwrap()).unwrap();
+    let b = c.start_command(read_cmd(512), w.take().unwrap()).unwrap();
+    t.drain(&mut c);
+    let ua = [0x70, 0, 0x06, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x29, 0, 0, 0, 0, 0];
+    let mut input = t.response(a, status::CHECK_CONDITION, &ua);
+    let mut rejected = [0u8; BHS_LEN];
+    rejected[0] = Opcode::ScsiCommand as u8;
+    rejected[16..20].copy_from_slice(&b.to_be_bytes());
+    input.extend_from_slice(&t.bytes(
+        Header::Reject(Reject { reason: 0x05, stat_sn: 102, exp_cmd_sn: 3, max_cmd_sn: 10, data_sn: 0 }),
+        &rejected,
+    ));
+    c.handle_input(&mut input, &mut w).unwrap();
+    let done = completed(&mut c);
+    let Err(CommandError::Status { status: 2, sense: Some(s) }) = &done[0].1 else { panic!("{:?}", done[0]) };
+    assert!(s.is_unit_attention());
+    assert_eq!(done[1].1, Err(CommandError::Rejected("command not supported")));
+    // Still usable after a Reject.
+    c.logout(&w, true, 0).unwrap();
+    let sent = t.drain(&mut c);
+    let Header::LogoutRequest(l) = sent[0].header else { panic!() };
+    assert!(c.start_command(read_cmd(512), 9).is_err(), "no commands while logging out");
+    let mut input = t.bytes(
+        Header::LogoutResponse(LogoutResponse {
+            response: 0,
+            itt: l.itt,
+            stat_sn: 103,
+            exp_cmd_sn: 3,
+            max_cmd_sn: 10,
+            time2wait: 0,
+            time2retain: 0,
+        }),
+        &[],
+    );
+    c.handle_input(&mut input, &mut w).unwrap();
+    assert_eq!(c.poll_event(), Some(Event::LoggedOut { response: 0 }));
+    assert_eq!(c.error(), Some(&ConnError::LoggedOut));
+}
+
+#[test]
+fn violations_fail_every_command() {
+    type Case = (&'static str, fn(&mut Target, u32) -> BytesMut);
+    let cases: Vec<Case> = vec![
+        ("datasn", |t, itt| t.data_in(itt, 1, 0, &[0; 512], false)),
+        ("offset", |t, itt| t.data_in(itt, 0, 512, &[0; 512], false)),
+        ("beyond", |t, itt| t.data_in(itt, 0, 0, &[0; 1024], true)),
+        ("itt", |t, itt| t.response(itt + 1000, 0, &[])),
+        ("opcode", |t, _| {
+            t.bytes(
+                Header::ScsiCommand(ScsiCommand {
+                    immediate: false,
+                    final_: true,
+                    read: false,
+                    write: false,
+                    attr: 0,
+                    lun: 0,
+                    itt: 1,
+                    expected_len: 0,
+                    cmd_sn: 0,
+                    exp_stat_sn: 0,
+                    cdb: [0; 16],
+                }),
+                &[],
+            )
+        }),
+    ];
+    for (name, make) in cases {
+        let mut c = Connection::new(params(), 0, 0);
+        let mut w = CmdWindow::new(1, 1, 10);
+        let mut t = Target::new();
+        let a = c.start_command(read_cmd(512), w.take().unwrap()).unwrap();
+        let _b = c.start_command(read_cmd(512), w.take().unwrap()).unwrap();
+        let mut input = make(&mut t, a);
+        let e = c.handle_input(&mut input, &mut w).unwrap_err();
+        let done = completed(&mut c);
+        assert_eq!(done.len(), 2, "{name}: every command fails");
+        for (_, r) in done {
+            assert_eq!(r, Err(CommandError::Connection(e.clone())), "{name}");
+        }
+        assert!(c.start_command(read_cmd(512), 3).is_err());
+    }
+}
+
+#[test]
+fn transport_failure_fails_pending() {
+    let mut c = Connection::new(params(), 0, 0);
+    let a = c.start_command(read_cmd(512), 1).unwrap();
+    c.fail(ConnError::Closed("reset".into()));
+    let done = completed(&mut c);
+    assert_eq!(done, vec![(a, Err(CommandError::Connection(ConnError::Closed("reset".into()))))]);
+}
