@@ -36,6 +36,8 @@ pub struct MemoryEndpoint {
     size: u64,
     fill: Fill,
     shards: Box<[Mutex<Pages>]>,
+    /// Accept and drop writes (a benchmark sink that never fills memory).
+    discard_writes: bool,
 }
 
 /// Written pages of one shard, by page index.
@@ -88,7 +90,16 @@ impl MemoryEndpoint {
             size,
             fill,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            discard_writes: false,
         }
+    }
+
+    /// A store whose reads come from `fill` and whose writes, zeroes and
+    /// trims are checked and then dropped: the seeds' "virtual storage
+    /// device" for benchmarks, which never grows in memory. Data written
+    /// does not read back.
+    pub fn sink(name: impl Into<String>, size: u64, fill: Fill) -> Self {
+        MemoryEndpoint { discard_writes: true, ..Self::new(name, size, fill) }
     }
 
     /// Bytes of memory held by written pages.
@@ -194,13 +205,17 @@ impl Endpoint for MemoryEndpoint {
 
     async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> Result<()> {
         check_range(&self.name, self.size, offset, data.len() as u64)?;
-        self.write_bytes(offset, &data);
+        if !self.discard_writes {
+            self.write_bytes(offset, &data);
+        }
         Ok(())
     }
 
     async fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> Result<()> {
         check_range(&self.name, self.size, offset, len)?;
-        self.zero_bytes(offset, len);
+        if !self.discard_writes {
+            self.zero_bytes(offset, len);
+        }
         Ok(())
     }
 
@@ -208,7 +223,7 @@ impl Endpoint for MemoryEndpoint {
         check_range(&self.name, self.size, offset, len)?;
         // Trim is advisory; only a zero-filled store can drop whole pages
         // without changing what they read as.
-        if self.fill == Fill::Zero {
+        if self.fill == Fill::Zero && !self.discard_writes {
             Self::for_pages(offset, len, |page, in_page, r| {
                 if in_page == 0 && r.len() == self.page_len(page) {
                     lock(self.shard(page)).remove(&page);
@@ -288,6 +303,19 @@ mod tests {
             assert_eq!(&after[10..13], b"abc");
             assert_eq!(after[..10], all[PAGE as usize..PAGE as usize + 10]);
             assert!(m.block_status(0, 3 * PAGE).await.unwrap().iter().all(|e| !e.hole));
+        });
+    }
+
+    #[test]
+    fn a_sink_drops_writes() {
+        block_on(async {
+            let m = MemoryEndpoint::sink("sink", 4 * PAGE, Fill::Random { seed: 3 });
+            let before = m.read(0, 100).await.unwrap();
+            m.write(0, Bytes::from(vec![0u8; 100]), false).await.unwrap();
+            m.write_zeroes(0, 4 * PAGE, false).await.unwrap();
+            assert_eq!(m.read(0, 100).await.unwrap(), before);
+            assert_eq!(m.allocated_bytes(), 0);
+            assert!(m.write(4 * PAGE, Bytes::from_static(b"x"), false).await.is_err(), "still range-checked");
         });
     }
 
