@@ -28,7 +28,7 @@ use wanblk_blockdev::{
 };
 use wanblk_nbd_proto::consts::{DEFAULT_MAX_PAYLOAD, STATE_HOLE, STATE_ZERO, tflags};
 use wanblk_nbd_proto::{
-    Client, ClientConfig, ClientError, Command, Event, Negotiated, Reply, ReplyData, Request,
+    Client, ClientConfig, ClientError, Command, Event, Goal, Negotiated, Reply, ReplyData, Request,
 };
 
 use crate::io::{tune_tcp, write_all_segments};
@@ -119,25 +119,94 @@ impl NbdConnector {
         }
     }
 
-    async fn open_inner(&self) -> Result<NbdSession> {
-        let name = &self.name;
-        let cfg = ClientConfig {
+    /// Asks for the export's size, flags and block sizes with NBD_OPT_INFO
+    /// (no transmission; the connection ends with NBD_OPT_ABORT).
+    ///
+    /// # Errors
+    /// As [`NbdConnector::open`].
+    pub async fn info(&self) -> Result<Negotiated> {
+        match self.with_timeout(self.query(Goal::Info)).await? {
+            Event::Info(n) => Ok(n),
+            _ => Err(EndpointError::protocol(&self.name, None, "unexpected handshake result")),
+        }
+    }
+
+    /// Lists the server's exports (name, description) with NBD_OPT_LIST.
+    ///
+    /// # Errors
+    /// As [`NbdConnector::open`].
+    pub async fn list_exports(&self) -> Result<Vec<(String, String)>> {
+        match self.with_timeout(self.query(Goal::List)).await? {
+            Event::Exports(v) => Ok(v.into_iter().map(|e| (e.name, e.description)).collect()),
+            _ => Err(EndpointError::protocol(&self.name, None, "unexpected handshake result")),
+        }
+    }
+
+    async fn with_timeout<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let timeout = self.opts.connect_timeout;
+        tokio::time::timeout(timeout, f).await.unwrap_or_else(|_| {
+            Err(EndpointError::io(
+                &self.name,
+                None,
+                format!("connect and handshake timed out after {timeout:?}"),
+            ))
+        })
+    }
+
+    fn client(&self, goal: Goal) -> Client {
+        Client::new(ClientConfig {
             export_name: self.uri.export.clone(),
             structured_replies: self.opts.structured_replies,
             block_status: self.opts.block_status && self.opts.structured_replies,
             max_payload: self.opts.max_payload,
-            ..Default::default()
-        };
-        let mut client = Client::new(cfg);
+            goal,
+        })
+    }
+
+    async fn query(&self, goal: Goal) -> Result<Event> {
+        let mut client = self.client(goal);
+        let name = &self.name;
         match &self.uri.transport {
             Transport::Tcp { host, port } => {
-                let mut s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                let mut s = self.connect_tcp(host, *port).await?;
+                let (ev, _) = handshake(&mut s, &mut client, name).await?;
+                finish_query(&mut s, &mut client).await;
+                Ok(ev)
+            }
+            Transport::Unix(path) => {
+                let mut s = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-                tune_tcp(&s, self.opts.send_buffer, self.opts.recv_buffer, self.opts.congestion.as_deref())
-                    .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
+                let (ev, _) = handshake(&mut s, &mut client, name).await?;
+                finish_query(&mut s, &mut client).await;
+                Ok(ev)
+            }
+        }
+    }
+
+    async fn connect_tcp(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream> {
+        let name = &self.name;
+        let s = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
+        tune_tcp(&s, self.opts.send_buffer, self.opts.recv_buffer, self.opts.congestion.as_deref())
+            .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
+        Ok(s)
+    }
+
+    async fn open_inner(&self) -> Result<NbdSession> {
+        let name = &self.name;
+        let mut client = self.client(Goal::Go);
+        let ready = |ev| match ev {
+            Event::Ready(n) => Ok(n),
+            _ => Err(EndpointError::protocol(name, None, "unexpected handshake result")),
+        };
+        match &self.uri.transport {
+            Transport::Tcp { host, port } => {
+                let mut s = self.connect_tcp(host, *port).await?;
                 let fd = s.as_fd().try_clone_to_owned().ok();
-                let (neg, buf) = handshake(&mut s, &mut client, name).await?;
+                let (ev, buf) = handshake(&mut s, &mut client, name).await?;
+                let neg = ready(ev)?;
                 let (r, w) = s.into_split();
                 Ok(NbdSession::start(name.clone(), client, neg, fd, r, w, buf))
             }
@@ -145,7 +214,8 @@ impl NbdConnector {
                 let mut s = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-                let (neg, buf) = handshake(&mut s, &mut client, name).await?;
+                let (ev, buf) = handshake(&mut s, &mut client, name).await?;
+                let neg = ready(ev)?;
                 let (r, w) = s.into_split();
                 Ok(NbdSession::start(name.clone(), client, neg, None, r, w, buf))
             }
@@ -171,12 +241,20 @@ fn handshake_error(name: &str, e: ClientError) -> EndpointError {
     }
 }
 
-/// Runs the handshake on `s`; returns what was agreed and any bytes read past it.
+/// Sends NBD_OPT_ABORT (queued by the client) and closes; errors do not matter any more.
+async fn finish_query<S: AsyncWrite + Unpin>(s: &mut S, client: &mut Client) {
+    let mut segs: Vec<Bytes> = std::iter::from_fn(|| client.poll_transmit()).collect();
+    let _ = write_all_segments(s, &mut segs).await;
+    let _ = s.shutdown().await;
+}
+
+/// Runs the handshake on `s` until it ends (Ready, Info or Exports);
+/// returns that event and any bytes read past it.
 async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     client: &mut Client,
     name: &str,
-) -> Result<(Negotiated, BytesMut)> {
+) -> Result<(Event, BytesMut)> {
     let mut buf = BytesMut::with_capacity(8192);
     let mut segs = Vec::new();
     loop {
@@ -184,10 +262,8 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         if !segs.is_empty() {
             write_all_segments(s, &mut segs).await.map_err(|e| EndpointError::io(name, None, e))?;
         }
-        while let Some(ev) = client.poll_event() {
-            if let Event::Ready(n) = ev {
-                return Ok((n, buf));
-            }
+        if let Some(ev) = client.poll_event() {
+            return Ok((ev, buf));
         }
         let n = s.read_buf(&mut buf).await.map_err(|e| EndpointError::io(name, None, e))?;
         if n == 0 {
