@@ -1,1 +1,2 @@
 //! Benchmark harness.
+pub mod plot;
