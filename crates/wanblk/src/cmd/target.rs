@@ -34,6 +34,11 @@ pub(crate) struct Args {
     /// `random[:SEED]` (deterministic pseudo-random data, reported as allocated).
     #[arg(long, default_value = "zero", value_parser = parse_fill, conflicts_with = "file")]
     fill: Fill,
+    /// Accept writes, zeroes and trims to the in-memory disk and drop them
+    /// (reads keep returning the fill): a benchmark sink that never grows,
+    /// like the seed papers' virtual storage device.
+    #[arg(long, conflicts_with = "file")]
+    discard_writes: bool,
     /// Serve this file or block device instead of memory.
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
@@ -94,6 +99,9 @@ fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Endpoint>> {
     let size = args.size.unwrap_or(1 << 30);
     if size == 0 {
         bail!("--size must be more than 0");
+    }
+    if args.discard_writes {
+        return Ok(Arc::new(MemoryEndpoint::sink("memory", size, args.fill)));
     }
     Ok(Arc::new(MemoryEndpoint::new("memory", size, args.fill)))
 }
