@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use wanblk_blockdev::local::{FileEndpoint, NullEndpoint};
+use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint, NullEndpoint};
 use wanblk_blockdev::pool::{Pool, PoolConfig};
 use wanblk_blockdev::{Connector, Endpoint};
 
@@ -27,6 +27,14 @@ pub(crate) enum Location {
     File(PathBuf),
     /// `null:` (or `null:SIZE` as a source of zeroes).
     Null(Option<u64>),
+    /// `random:SIZE[:SEED]`: a source of deterministic pseudo-random data
+    /// generated in memory (for benchmarks of the write direction).
+    Random {
+        /// Bytes.
+        size: u64,
+        /// Generator seed.
+        seed: u64,
+    },
 }
 
 impl Location {
@@ -35,6 +43,12 @@ impl Location {
         if let Some(rest) = s.strip_prefix("null:") {
             let size = if rest.is_empty() { None } else { Some(parse_size(rest).map_err(anyhow::Error::msg)?) };
             return Ok(Location::Null(size));
+        }
+        if let Some(rest) = s.strip_prefix("random:") {
+            let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
+            let size = parse_size(size).map_err(anyhow::Error::msg)?;
+            let seed = seed.parse().map_err(|_| anyhow::anyhow!("bad seed in {s:?}"))?;
+            return Ok(Location::Random { size, seed });
         }
         let lower = s.to_ascii_lowercase();
         if ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://", "nbd+vsock://"].iter().any(|p| lower.starts_with(p)) {
@@ -128,6 +142,10 @@ pub(crate) async fn open_source(loc: &Location, opts: &NetOptions) -> anyhow::Re
             Some(s) => Ok(Opened::plain(Arc::new(NullEndpoint::new(*s)))),
             None => bail!("null: as a source needs a size, e.g. null:1G"),
         },
+        Location::Random { size, seed } => {
+            let name = format!("random:{size}:{seed}");
+            Ok(Opened::plain(Arc::new(MemoryEndpoint::new(name, *size, Fill::Random { seed: *seed }))))
+        }
     }
 }
 
@@ -142,6 +160,7 @@ pub(crate) fn part_path(p: &Path) -> PathBuf {
 pub(crate) async fn open_destination(loc: &Location, size: u64, opts: &NetOptions) -> anyhow::Result<Opened> {
     match loc {
         Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
+        Location::Random { .. } => bail!("random: is a source only"),
         Location::Null(_) => {
             let mut o = Opened::plain(Arc::new(NullEndpoint::new(size)));
             o.known_zero = true;
@@ -194,6 +213,9 @@ mod tests {
         let e = Location::parse("http://x/y").unwrap_err().to_string();
         assert!(e.contains("unknown location scheme \"http\""), "{e}");
         assert!(Location::parse("null:zz").is_err());
+        assert_eq!(Location::parse("random:1M:9").unwrap(), Location::Random { size: 1 << 20, seed: 9 });
+        assert_eq!(Location::parse("random:2G").unwrap(), Location::Random { size: 2 << 30, seed: 0 });
+        assert!(Location::parse("random:1M:x").is_err());
         assert!(Location::parse("").is_err());
     }
 

@@ -89,7 +89,8 @@ pub(crate) enum IscsiMode {
 ///
 /// Locations: `nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`,
 /// `iscsi://[user[%password]@]host[:port]/target-iqn/lun`, a local file or
-/// block device, or `null:` (a sink; `null:SIZE` reads as zeroes).
+/// block device, `null:` (a sink; `null:SIZE` reads as zeroes), or
+/// `random:SIZE[:SEED]` (a source of pseudo-random data, for benchmarks).
 ///
 /// Network stores are reached over N parallel sessions. The copy is split
 /// into requests of `--request-size`; every session keeps `--requests` of
