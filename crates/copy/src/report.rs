@@ -37,6 +37,10 @@ pub struct Report {
     pub sha256: Option<String>,
     /// The tuner's record with `--connections auto`.
     pub tuning: Option<serde_json::Value>,
+    /// CPU seconds this process spent in user mode during the copy.
+    pub cpu_user_s: f64,
+    /// CPU seconds this process spent in the kernel during the copy.
+    pub cpu_system_s: f64,
     /// Adjustments and warnings.
     pub notes: Vec<String>,
     /// The error that stopped the copy, if it failed.

@@ -22,3 +22,67 @@ pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
 }
 
 pub use libc::{SIGINT, SIGKILL, SIGTERM};
+
+/// CPU time this process has used so far: (user, system), from `getrusage(RUSAGE_SELF)`.
+///
+/// # Errors
+/// The `getrusage` error (not expected on Linux).
+pub fn self_cpu_time() -> io::Result<(std::time::Duration, std::time::Duration)> {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a live, writable rusage the kernel fills in.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
+            + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Ok((tv(ru.ru_utime), tv(ru.ru_stime)))
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, the unit of /proc times).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf takes an integer name and has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as u64 } else { 100 }
+}
+
+/// CPU time (user + system) process `pid` has used, from `/proc/PID/stat`.
+///
+/// # Errors
+/// The process does not exist, or the file is malformed.
+pub fn proc_cpu_time(pid: u32) -> io::Result<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| io::Error::other("malformed stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime is field 14, stime field 15.
+    let num = |i: usize| {
+        f.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| io::Error::other("malformed stat"))
+    };
+    let ticks = num(11)? + num(12)?;
+    Ok(std::time::Duration::from_secs_f64(ticks as f64 / clock_ticks_per_sec() as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_times_are_readable_and_consistent() {
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        let (u, s) = self_cpu_time().unwrap();
+        assert!(u + s > std::time::Duration::ZERO);
+        let proc = proc_cpu_time(std::process::id()).unwrap();
+        // /proc counts in ticks (10 ms): the two agree within a few ticks.
+        assert!(proc <= u + s + std::time::Duration::from_millis(50), "{proc:?} vs {:?}", u + s);
+        assert!(proc_cpu_time(0).is_err());
+        assert!(clock_ticks_per_sec() >= 1);
+    }
+}

@@ -227,6 +227,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         iscsi_params: args.iscsi_params.clone(),
     };
     let started = Instant::now();
+    let cpu_start = wanblk_sys::process::self_cpu_time().unwrap_or_default();
     let src = open_source(&src_loc, &net).await?;
     let dst = open_destination(&dst_loc, src.endpoint.size(), &net).await?;
     let mut notes: Vec<String> = src.notes.iter().chain(&dst.notes).cloned().collect();
@@ -304,6 +305,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_end = wanblk_sys::process::self_cpu_time().unwrap_or_default();
     let commit = match &result {
         Ok(_) => dst.commit().await,
         Err(_) => Ok(()),
@@ -340,6 +342,8 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         samples,
         sha256: None,
         tuning: state.tuning().map(|t| serde_json::to_value(t).unwrap_or_default()),
+        cpu_user_s: cpu_end.0.saturating_sub(cpu_start.0).as_secs_f64(),
+        cpu_system_s: cpu_end.1.saturating_sub(cpu_start.1).as_secs_f64(),
         notes: notes.clone(),
         error: None,
     };
