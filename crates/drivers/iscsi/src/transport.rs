@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -24,15 +24,20 @@ use wanblk_iscsi_proto::{CmdWindow, Command, CommandError, ConnError, Connection
 /// The session-wide command window and the wake-up for commands waiting
 /// for it to open. One per session; shared by the connections of an MC/S
 /// session.
-#[derive(Debug)]
 pub(crate) struct Window {
     pub(crate) w: Mutex<CmdWindow>,
     pub(crate) opened: Notify,
+    /// The session's connections, to fail them all together (see [`Link::fail`]).
+    members: Mutex<Vec<Weak<Link>>>,
 }
 
 impl Window {
     pub(crate) fn new(w: CmdWindow) -> Arc<Window> {
-        Arc::new(Window { w: Mutex::new(w), opened: Notify::new() })
+        Arc::new(Window { w: Mutex::new(w), opened: Notify::new(), members: Mutex::new(Vec::new()) })
+    }
+
+    fn members(&self) -> MutexGuard<'_, Vec<Weak<Link>>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, CmdWindow> {
@@ -65,6 +70,7 @@ pub(crate) struct Link {
     idle: Notify,
     fd: OwnedFd,
     closed: AtomicBool,
+    failed: AtomicBool,
 }
 
 impl Link {
@@ -86,7 +92,13 @@ impl Link {
             idle: Notify::new(),
             fd,
             closed: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
         });
+        {
+            let mut m = link.window.members();
+            m.retain(|w| w.strong_count() > 0);
+            m.push(Arc::downgrade(&link));
+        }
         tokio::spawn(reader(Arc::clone(&link), rd, leftover, liveness));
         tokio::spawn(writer(Arc::clone(&link), wr));
         Ok(link)
@@ -128,6 +140,10 @@ impl Link {
                 if let Some(e) = inner.conn.error() {
                     return Err(CommandError::Connection(e.clone()));
                 }
+                if !inner.conn.is_usable() {
+                    return Err(CommandError::Connection(ConnError::LoggedOut));
+                }
+                // Taken CmdSNs are always sent: start_command cannot fail now.
                 let sn = self.window.lock().take();
                 if let Some(sn) = sn {
                     let itt = inner.conn.start_command(cmd, sn)?;
@@ -200,16 +216,35 @@ impl Link {
     }
 
     /// Fails the connection with `err` and completes every waiter.
+    ///
+    /// At ErrorRecoveryLevel 0 a connection that fails with commands in
+    /// flight fails its session (RFC 7143 section 7.1.5): in an MC/S
+    /// session the other connections fail too, because CmdSNs this
+    /// connection took may never reach the target, which would then hold
+    /// every later command of the session forever.
     fn fail(&self, err: ConnError) {
-        {
+        if self.failed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let had_work = {
             let mut inner = self.lock();
-            inner.conn.fail(err);
+            let had_work = inner.conn.in_flight() > 0 || inner.conn.has_transmit();
+            inner.conn.fail(err.clone());
             self.dispatch(&mut inner);
             inner.logout.take();
-        }
+            had_work
+        };
         self.shutdown();
         self.window.opened.notify_waiters();
         self.idle.notify_waiters();
+        if had_work {
+            let siblings: Vec<Arc<Link>> = self.window.members().iter().filter_map(Weak::upgrade).collect();
+            for s in siblings {
+                if !std::ptr::eq(Arc::as_ptr(&s), self) {
+                    s.fail(ConnError::Closed(format!("another connection of the session failed: {err}")));
+                }
+            }
+        }
     }
 
     /// Delivers the connection's events to their waiters.

@@ -222,6 +222,11 @@ impl Connection {
         &self.params
     }
 
+    /// New commands may be started (full feature phase, not logging out).
+    pub fn is_usable(&self) -> bool {
+        self.phase == Phase::FullFeature
+    }
+
     /// Commands in flight.
     pub fn in_flight(&self) -> usize {
         self.tasks.len()
