@@ -53,6 +53,9 @@ pub struct NbdOptions {
     pub connect_timeout: Duration,
     /// The largest read/write this client sends, whatever the server allows.
     pub max_payload: u32,
+    /// Send the handshake options back to back (saves two round trips per
+    /// connection); see [`wanblk_nbd_proto::ClientConfig::pipeline_options`].
+    pub pipeline_options: bool,
 }
 
 impl Default for NbdOptions {
@@ -66,6 +69,7 @@ impl Default for NbdOptions {
             congestion: None,
             connect_timeout: Duration::from_secs(30),
             max_payload: DEFAULT_MAX_PAYLOAD,
+            pipeline_options: true,
         }
     }
 }
@@ -160,6 +164,7 @@ impl NbdConnector {
             block_status: self.opts.block_status && self.opts.structured_replies,
             max_payload: self.opts.max_payload,
             goal,
+            pipeline_options: self.opts.pipeline_options,
         })
     }
 

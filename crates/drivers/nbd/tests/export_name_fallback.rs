@@ -54,5 +54,5 @@ async fn falls_back_to_export_name_when_go_is_unsupported() {
     let data = within(10, sess.read(0, 4)).await.unwrap();
     assert_eq!(&data[..], &[0x5a; 4]);
     let seen = within(5, server).await.unwrap();
-    assert_eq!(seen, vec![opt::STRUCTURED_REPLY, opt::GO, opt::EXPORT_NAME]);
+    assert_eq!(seen, vec![opt::STRUCTURED_REPLY, opt::SET_META_CONTEXT, opt::GO, opt::EXPORT_NAME]);
 }

@@ -69,3 +69,13 @@ async fn client_option_disables_structured_replies() {
     assert!(!s.negotiated().structured_replies);
     within(30, exercise(&s)).await;
 }
+
+#[tokio::test]
+async fn handshake_without_option_pipelining() {
+    let srv =
+        TestServer::memory(8 << 20, ServeOptions { export_name: "mem".into(), ..Default::default() }).await;
+    let s = connect_with(&srv.uri, wanblk_nbd::NbdOptions { pipeline_options: false, ..Default::default() })
+        .await;
+    assert!(s.negotiated().structured_replies && s.capabilities().can_block_status);
+    within(30, exercise(&s)).await;
+}

@@ -42,6 +42,12 @@ pub struct ClientConfig {
     pub max_payload: u32,
     /// What the handshake is for.
     pub goal: Goal,
+    /// Send NBD_OPT_STRUCTURED_REPLY, NBD_OPT_SET_META_CONTEXT and
+    /// NBD_OPT_GO/INFO back to back and read their replies in order, instead
+    /// of waiting a round trip for each (2 fewer round trips per connection
+    /// on a long-fat network). Servers read options one at a time, so this
+    /// is safe; turn it off for a server that is not.
+    pub pipeline_options: bool,
 }
 
 impl Default for ClientConfig {
@@ -52,6 +58,7 @@ impl Default for ClientConfig {
             block_status: true,
             max_payload: DEFAULT_MAX_PAYLOAD,
             goal: Goal::Go,
+            pipeline_options: true,
         }
     }
 }
@@ -249,6 +256,10 @@ struct Gathered {
     block_size: Option<(u32, u32, u32)>,
     description: Option<String>,
     used_export_name: bool,
+    /// Options were sent back to back; replies only advance the state.
+    pipelined: bool,
+    /// NBD_OPT_SET_META_CONTEXT was sent in the pipeline.
+    meta_sent: bool,
 }
 
 /// The NBD client state machine.
@@ -507,6 +518,20 @@ impl Client {
                 self.queue_option(opt::LIST, &[]);
                 self.phase = Phase::Options(OptState::List { exports: Vec::new() });
             }
+            Goal::Go | Goal::Info if self.cfg.pipeline_options => {
+                self.gathered.pipelined = true;
+                let mut first = None;
+                if self.cfg.structured_replies {
+                    self.queue_option(opt::STRUCTURED_REPLY, &[]);
+                    first = Some(OptState::StructuredReply);
+                    if self.cfg.block_status {
+                        self.queue_meta_context();
+                        self.gathered.meta_sent = true;
+                    }
+                }
+                let option = self.queue_go_info();
+                self.phase = Phase::Options(first.unwrap_or(OptState::GoInfo { option }));
+            }
             Goal::Go | Goal::Info => {
                 if self.cfg.structured_replies {
                     self.queue_option(opt::STRUCTURED_REPLY, &[]);
@@ -518,21 +543,16 @@ impl Client {
         }
     }
 
-    fn after_structured(&mut self) {
-        if self.gathered.structured && self.cfg.block_status {
-            let req = MetaContextRequest {
-                export: self.cfg.export_name.clone(),
-                queries: vec![BASE_ALLOCATION.to_string()],
-            };
-            let data = req.to_bytes();
-            self.queue_option(opt::SET_META_CONTEXT, &data);
-            self.phase = Phase::Options(OptState::SetMetaContext);
-        } else {
-            self.send_go_info();
-        }
+    fn queue_meta_context(&mut self) {
+        let req = MetaContextRequest {
+            export: self.cfg.export_name.clone(),
+            queries: vec![BASE_ALLOCATION.to_string()],
+        };
+        let data = req.to_bytes();
+        self.queue_option(opt::SET_META_CONTEXT, &data);
     }
 
-    fn send_go_info(&mut self) {
+    fn queue_go_info(&mut self) -> u32 {
         let option = if self.cfg.goal == Goal::Info { opt::INFO } else { opt::GO };
         let mut requests = vec![info::BLOCK_SIZE];
         if self.cfg.goal == Goal::Info {
@@ -540,6 +560,32 @@ impl Client {
         }
         let data = InfoRequest { name: self.cfg.export_name.clone(), requests }.to_bytes();
         self.queue_option(option, &data);
+        option
+    }
+
+    /// After the reply to NBD_OPT_STRUCTURED_REPLY.
+    fn after_structured(&mut self) {
+        if self.gathered.pipelined {
+            self.phase = Phase::Options(if self.gathered.meta_sent {
+                OptState::SetMetaContext
+            } else {
+                OptState::GoInfo { option: self.go_option() }
+            });
+        } else if self.gathered.structured && self.cfg.block_status {
+            self.queue_meta_context();
+            self.phase = Phase::Options(OptState::SetMetaContext);
+        } else {
+            self.send_go_info();
+        }
+    }
+
+    fn go_option(&self) -> u32 {
+        if self.cfg.goal == Goal::Info { opt::INFO } else { opt::GO }
+    }
+
+    /// After the reply to NBD_OPT_SET_META_CONTEXT (or instead of it).
+    fn send_go_info(&mut self) {
+        let option = if self.gathered.pipelined { self.go_option() } else { self.queue_go_info() };
         self.phase = Phase::Options(OptState::GoInfo { option });
     }
 

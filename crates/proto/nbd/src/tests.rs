@@ -367,6 +367,8 @@ fn go_unsupported_falls_back_to_export_name() {
     let mut c = Client::new(ClientConfig { export_name: "e".into(), ..Default::default() });
     c.handle_input(&greeting()).unwrap();
     c.handle_input(&opt_reply(opt::STRUCTURED_REPLY, rep::ERR_UNSUP, b"")).unwrap();
+    // (pipelined: the meta context request was sent too, and is refused)
+    c.handle_input(&opt_reply(opt::SET_META_CONTEXT, rep::ERR_INVALID, b"")).unwrap();
     c.handle_input(&opt_reply(opt::GO, rep::ERR_UNSUP, b"old server")).unwrap();
     let sent = drain(&mut c);
     // flags, STRUCTURED_REPLY, GO, EXPORT_NAME "e"
@@ -377,6 +379,49 @@ fn go_unsupported_falls_back_to_export_name() {
         .unwrap();
     let Some(Event::Ready(n)) = c.poll_event() else { panic!() };
     assert!(n.used_export_name && n.read_only() && n.size == 4096 && !n.structured_replies);
+}
+
+fn sent_options(bytes: &[u8]) -> Vec<u32> {
+    // client flags, then option headers with data
+    let mut r = Reader::new(&bytes[4..], "options");
+    let mut v = Vec::new();
+    while r.remaining() > 0 {
+        let h = OptionHeader::decode(&mut r).unwrap();
+        r.take(h.length as usize).unwrap();
+        v.push(h.option);
+    }
+    v
+}
+
+#[test]
+fn options_are_pipelined_after_the_greeting() {
+    let mut c = Client::new(ClientConfig { export_name: "e".into(), ..Default::default() });
+    c.handle_input(&greeting()).unwrap();
+    assert_eq!(sent_options(&drain(&mut c)), vec![opt::STRUCTURED_REPLY, opt::SET_META_CONTEXT, opt::GO]);
+}
+
+#[test]
+fn options_one_round_trip_each_without_pipelining() {
+    let mut p = Pair::new(
+        ClientConfig { export_name: "disk".into(), pipeline_options: false, ..Default::default() },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: true },
+    );
+    p.c.handle_input(&{
+        let mut v = Vec::new();
+        while let Some(b) = p.s.poll_transmit() {
+            v.extend_from_slice(&b);
+        }
+        v
+    })
+    .unwrap();
+    assert_eq!(sent_options(&drain(&mut p.c)), vec![opt::STRUCTURED_REPLY]);
+    let mut p = Pair::new(
+        ClientConfig { export_name: "disk".into(), pipeline_options: false, ..Default::default() },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: true },
+    );
+    p.pump();
+    let n = p.ready();
+    assert!(n.structured_replies && n.base_allocation.is_some());
 }
 
 #[test]

@@ -97,12 +97,21 @@ pub async fn connect_with(uri: &str, opts: NbdOptions) -> NbdSession {
 /// nbdkit on a Unix socket in `dir`; returns the guard and the URI.
 pub fn nbdkit(dir: &Path, args: &[&str]) -> (Peer, String) {
     require_tool("nbdkit", "nbdkit");
-    let sock = dir.join(format!("nbdkit-{}.sock", free_port()));
+    let id = free_port();
+    let sock = dir.join(format!("nbdkit-{id}.sock"));
+    // nbdkit writes its pid file once it accepts connections (the socket
+    // path alone appears a moment before it listens).
+    let pid = dir.join(format!("nbdkit-{id}.pid"));
     let peer = Peer::spawn(
         "nbdkit",
-        Command::new("nbdkit").args(["-f", "--exit-with-parent", "-U"]).arg(&sock).args(args),
+        Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-P"])
+            .arg(&pid)
+            .arg("-U")
+            .arg(&sock)
+            .args(args),
     );
-    wait_for_path(&sock, Duration::from_secs(10));
+    wait_for_path(&pid, Duration::from_secs(10));
     (peer, format!("nbd+unix:///?socket={}", sock.display()))
 }
 
