@@ -1,2 +1,14 @@
-//! Benchmark harness.
+//! Benchmarks on wanblk's own emulated long-fat network: wanblk against
+//! nbdcopy against the raw link (iperf3), side by side in one run, written
+//! as CSV and plots.
+//!
+//! - [`path`]: one emulated path with the embedded target behind it, and
+//!   the measured runners (`wanblk copy`, `nbdcopy`, `iperf3`).
+//! - [`plot`]: SVG and PNG line charts with an embedded font.
+//!
+//! I/O boundary: this crate starts processes (in network namespaces) and
+//! writes files; it needs root for the emulator.
+
+pub mod demo;
+pub mod path;
 pub mod plot;

@@ -82,7 +82,10 @@ fn bounds(series: &[Series], log_x: bool) -> ((f64, f64), f64) {
     ((xmin, xmax), if ymax > 0.0 { ymax * 1.1 } else { 1.0 })
 }
 
-fn draw<DB: DrawingBackend>(chart: &Chart, root: DrawingArea<DB, plotters::coord::Shift>) -> Result<(), String>
+fn draw<DB: DrawingBackend>(
+    chart: &Chart,
+    root: DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
@@ -111,7 +114,11 @@ where
         .draw()
         .map_err(|e| e.to_string())?;
     if let Some((label, _)) = &chart.right {
-        c.configure_secondary_axes().y_desc(label).label_style(("sans-serif", 14)).draw().map_err(|e| e.to_string())?;
+        c.configure_secondary_axes()
+            .y_desc(label)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|e| e.to_string())?;
     }
     for (i, s) in chart.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
@@ -122,9 +129,11 @@ where
         } else {
             c.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?
         };
-        anno.label(&s.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        anno.label(&s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         if s.markers {
-            c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
+            c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| e.to_string())?;
         }
     }
     if let Some((_, series)) = &chart.right {

@@ -26,6 +26,8 @@ pub struct CopyOptions {
     pub flush: bool,
     /// Upper bound on bytes read but not yet written (memory bound).
     pub max_in_flight_bytes: u64,
+    /// Copy only the first `length` bytes of the source.
+    pub length: Option<u64>,
 }
 
 impl Default for CopyOptions {
@@ -37,6 +39,7 @@ impl Default for CopyOptions {
             sparse: true,
             flush: false,
             max_in_flight_bytes: 1 << 30,
+            length: None,
         }
     }
 }
@@ -305,7 +308,8 @@ async fn settle(tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>, f
     tasks.abort_all();
 }
 
-/// Copies all of `src` to the first `src.size()` bytes of `dst`.
+/// Copies all of `src` (or its first `opts.length` bytes) to the same
+/// offsets of `dst`.
 ///
 /// `slots` says how many requests the sessions can carry right now (active
 /// sessions x depth); the loop keeps that many pieces in flight, plus one
@@ -323,7 +327,7 @@ pub async fn copy(
     progress: Arc<Progress>,
     slots: impl Fn() -> usize,
 ) -> Result<CopyOutcome, CopyError> {
-    let size = src.size();
+    let size = opts.length.map_or(src.size(), |l| l.min(src.size()));
     progress.total.store(size, Ordering::Relaxed);
     let fail = |error: EndpointError, f: &Frontier, p: &Progress| CopyError {
         error,

@@ -41,7 +41,8 @@ impl Location {
     /// Parses a location as users write it.
     pub(crate) fn parse(s: &str) -> anyhow::Result<Location> {
         if let Some(rest) = s.strip_prefix("null:") {
-            let size = if rest.is_empty() { None } else { Some(parse_size(rest).map_err(anyhow::Error::msg)?) };
+            let size =
+                if rest.is_empty() { None } else { Some(parse_size(rest).map_err(anyhow::Error::msg)?) };
             return Ok(Location::Null(size));
         }
         if let Some(rest) = s.strip_prefix("random:") {
@@ -51,7 +52,10 @@ impl Location {
             return Ok(Location::Random { size, seed });
         }
         let lower = s.to_ascii_lowercase();
-        if ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://", "nbd+vsock://"].iter().any(|p| lower.starts_with(p)) {
+        if ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://", "nbd+vsock://"]
+            .iter()
+            .any(|p| lower.starts_with(p))
+        {
             return Ok(Location::Nbd(s.to_string()));
         }
         if lower.starts_with("iscsi://") {

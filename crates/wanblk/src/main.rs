@@ -26,6 +26,8 @@ struct Cli {
 enum Command {
     /// Copy a disk or image between any two endpoints (backup, restore, target to target).
     Copy(cmd::copy::Args),
+    /// Show wanblk on an emulated long-fat network: one session vs tuned N.
+    Demo(cmd::demo::Args),
     /// Serve a memory- or file-backed export over NBD (the embedded target).
     Target(cmd::target::Args),
     /// Run the long-fat-network emulator (network namespaces + NFQUEUE).
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Copy(a) => cmd::copy::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
         Command::Target(a) => cmd::target::run(a),
         Command::Netem(c) => cmd::netem::run(c),
     };

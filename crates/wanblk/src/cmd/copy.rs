@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use wanblk_apt::{IntervalPolicy, TunerConfig};
-use wanblk_blockdev::control::{self, ControlConfig, ControlState, IntervalChoice};
 use wanblk_blockdev::Endpoint;
+use wanblk_blockdev::control::{self, ControlConfig, ControlState, IntervalChoice};
 use wanblk_blockdev::pool::PoolConfig;
 use wanblk_copy::{CopyOptions, Progress, Report, Sample};
 
@@ -56,7 +56,9 @@ fn parse_interval(s: &str) -> Result<IntervalArg, String> {
         (s, 1.0)
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => Ok(IntervalArg::Every(Duration::from_secs_f64(v * scale))),
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => {
+            Ok(IntervalArg::Every(Duration::from_secs_f64(v * scale)))
+        }
         _ => Err(format!("expected an interval such as 500ms, 2s or `auto`, got {s:?}")),
     }
 }
@@ -146,6 +148,10 @@ pub(crate) struct Args {
     #[arg(long, default_value = "4M", value_parser = parse_request_size)]
     request_size: u32,
 
+    /// Copy only the first SIZE bytes of the source (K, M, G suffixes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    length: Option<u64>,
+
     /// Flush the destination to stable storage at the end.
     #[arg(long)]
     flush: bool,
@@ -229,7 +235,8 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let cpu_start = wanblk_sys::process::self_cpu_time().unwrap_or_default();
     let src = open_source(&src_loc, &net).await?;
-    let dst = open_destination(&dst_loc, src.endpoint.size(), &net).await?;
+    let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
+    let dst = open_destination(&dst_loc, size, &net).await?;
     let mut notes: Vec<String> = src.notes.iter().chain(&dst.notes).cloned().collect();
     for n in &notes {
         eprintln!("wanblk: note: {n}");
@@ -240,7 +247,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     }
 
     let progress = Arc::new(Progress::default());
-    progress.total.store(src.endpoint.size(), Ordering::Relaxed);
+    progress.total.store(size, Ordering::Relaxed);
     let state = Arc::new(ControlState::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let control_cfg = ControlConfig {
@@ -262,12 +269,14 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     let controller = {
         let (pools, progress, state) = (pools.clone(), Arc::clone(&progress), Arc::clone(&state));
         tokio::spawn(async move {
-            control::run(pools, move || progress.data.load(Ordering::Relaxed), control_cfg, state, stop_rx).await
+            control::run(pools, move || progress.data.load(Ordering::Relaxed), control_cfg, state, stop_rx)
+                .await
         })
     };
-    let tcp_logger = args.tcp_log.as_ref().map(|path| {
-        crate::tcplog::spawn(path.clone(), pools.clone(), started, stop_tx.subscribe())
-    });
+    let tcp_logger = args
+        .tcp_log
+        .as_ref()
+        .map(|path| crate::tcplog::spawn(path.clone(), pools.clone(), started, stop_tx.subscribe()));
     let bar = {
         let state = Arc::clone(&state);
         wanblk_copy::progress::Bar::start(Arc::clone(&progress), !args.no_progress, move || state.current_n())
@@ -285,11 +294,17 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         destination_is_zero: args.destination_is_zero || dst.known_zero,
         sparse: !args.no_sparse,
         flush: args.flush,
+        length: args.length,
         ..CopyOptions::default()
     };
-    let result =
-        wanblk_copy::copy(Arc::clone(&src.endpoint), Arc::clone(&dst.endpoint), opts, Arc::clone(&progress), slots)
-            .await;
+    let result = wanblk_copy::copy(
+        Arc::clone(&src.endpoint),
+        Arc::clone(&dst.endpoint),
+        opts,
+        Arc::clone(&progress),
+        slots,
+    )
+    .await;
     let _ = stop_tx.send(true);
     bar.finish();
     match controller.await {
@@ -330,7 +345,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             Some((_, fin)) => fin.display().to_string(),
             None => dst.endpoint.name().to_string(),
         },
-        bytes: src.endpoint.size(),
+        bytes: size,
         seconds,
         goodput_mbps: if seconds > 0.0 { data_bytes as f64 * 8.0 / seconds / 1e6 } else { 0.0 },
         data_bytes,

@@ -1,0 +1,342 @@
+//! One emulated long-fat path with the embedded target behind it, and the
+//! tools that run across it: `wanblk copy`, `nbdcopy` and `iperf3`, each in
+//! the client namespace, each measured the same way.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use wanblk_netem::{Scenario, Side, SysctlProfile};
+
+/// The path to emulate.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathSpec {
+    /// Bottleneck rate, bit/s.
+    pub rate_bps: u64,
+    /// One-way delay, each direction.
+    pub delay_ms: f64,
+    /// Router queue as a multiple of the bandwidth-delay product.
+    pub queue_bdp: f64,
+    /// Random loss probability per packet, each direction.
+    pub loss: f64,
+    /// TCP buffer sysctls of the endpoints.
+    pub sysctl: SysctlProfile,
+    /// Congestion control of both endpoints (`cubic`, `bbr`, `reno`).
+    pub congestion: String,
+}
+
+impl PathSpec {
+    /// `rate` Mbit/s, `delay` ms one way, 1 BDP of queue, no loss,
+    /// distribution-default buffers, cubic.
+    pub fn new(rate_mbps: u64, delay_ms: f64) -> Self {
+        PathSpec {
+            rate_bps: rate_mbps * 1_000_000,
+            delay_ms,
+            queue_bdp: 1.0,
+            loss: 0.0,
+            sysctl: SysctlProfile::Default,
+            congestion: "cubic".into(),
+        }
+    }
+
+    /// A short label such as `1000M-50ms-default-cubic`.
+    pub fn label(&self) -> String {
+        let buf = match self.sysctl {
+            SysctlProfile::Default => "default".to_string(),
+            SysctlProfile::Bdp => "bdp".to_string(),
+            SysctlProfile::Capped(b) => format!("cap{}K", b / 1024),
+            SysctlProfile::Keep => "keep".to_string(),
+        };
+        let loss = if self.loss > 0.0 { format!("-loss{}", self.loss) } else { String::new() };
+        format!("{}M-{}ms-{buf}-{}{loss}", self.rate_bps / 1_000_000, self.delay_ms, self.congestion)
+    }
+}
+
+/// Which way data moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Target to client (read from the target): restore.
+    Restore,
+    /// Client to target (write to the target): backup.
+    Backup,
+}
+
+/// What one transfer measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Tool and settings, e.g. `wanblk -C auto`, `nbdcopy -C 4 -R 64`, `iperf3 -P 8`.
+    pub tool: String,
+    /// Direction.
+    pub direction: Direction,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Payload bits per second / 10^6.
+    pub goodput_mbps: f64,
+    /// Client CPU seconds (user + system) during the run, when known.
+    pub client_cpu_s: Option<f64>,
+    /// Server (target) CPU seconds during the run, when known.
+    pub server_cpu_s: Option<f64>,
+    /// Final (or fixed) number of connections.
+    pub connections: Option<u64>,
+    /// Seconds until the tuner converged, with `auto`.
+    pub converge_s: Option<f64>,
+    /// The wanblk report, for wanblk runs.
+    #[serde(skip)]
+    pub report: Option<serde_json::Value>,
+}
+
+/// A running path: emulator, target in the server namespace, work directory.
+pub struct BenchPath {
+    spec: PathSpec,
+    size: u64,
+    scenario: Scenario,
+    target: Child,
+    uri: String,
+    exe: PathBuf,
+    work: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for BenchPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BenchPath").field("spec", &self.spec).field("uri", &self.uri).finish()
+    }
+}
+
+impl BenchPath {
+    /// Creates the emulated path and starts `exe target` behind it, serving
+    /// `size` bytes (reads come from a random fill, writes are dropped, so
+    /// nothing is allocated). Every transfer on this path moves `size` bytes.
+    ///
+    /// # Errors
+    /// Not root, no namespaces, a tool missing, or the target not starting.
+    pub fn start(spec: &PathSpec, exe: &std::path::Path, size: u64) -> anyhow::Result<BenchPath> {
+        let scenario = Scenario::builder()
+            .rate_bps(spec.rate_bps)
+            .delay(Duration::from_secs_f64(spec.delay_ms / 1e3))
+            .queue_bdp(spec.queue_bdp)
+            .loss(spec.loss)
+            .sysctl_profile(spec.sysctl)
+            .start()
+            .context("starting the emulated path")?;
+        for side in [Side::Client, Side::Server] {
+            let out = scenario.exec(
+                side,
+                Command::new("sysctl")
+                    .arg("-qw")
+                    .arg(format!("net.ipv4.tcp_congestion_control={}", spec.congestion)),
+            )?;
+            if !out.status.success() {
+                bail!(
+                    "cannot select congestion control {}: {}",
+                    spec.congestion,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        let listen = format!("{}:10809", scenario.server_addr());
+        let mut target = scenario.spawn(
+            Side::Server,
+            Command::new(exe)
+                .args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
+                .args(["--listen", &listen])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        )?;
+        let stdout = target.stdout.take().context("target stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).context("reading the target's URI")?;
+        let uri = line.trim().to_string();
+        if !uri.starts_with("nbd://") {
+            let _ = target.kill();
+            bail!("the target did not print its URI (got {uri:?})");
+        }
+        let work = tempfile::Builder::new().prefix("wanblk-bench-").tempdir()?;
+        Ok(BenchPath { spec: spec.clone(), size, scenario, target, uri, exe: exe.to_path_buf(), work })
+    }
+
+    /// The path's description.
+    pub fn spec(&self) -> &PathSpec {
+        &self.spec
+    }
+
+    /// The target's URI as seen from the client namespace.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The emulator, e.g. to change its profile mid-run.
+    pub fn scenario_mut(&mut self) -> &mut Scenario {
+        &mut self.scenario
+    }
+
+    fn server_cpu(&self) -> Option<Duration> {
+        wanblk_sys::process::proc_cpu_time(self.target.id()).ok()
+    }
+
+    /// Runs `cmd` in the client namespace and measures it: wall time, the
+    /// client's CPU (the child and what it waited for, from rusage) and the
+    /// target's CPU (from /proc).
+    fn measured(&self, cmd: &mut Command) -> anyhow::Result<(std::process::Output, f64, f64, Option<f64>)> {
+        let children =
+            || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
+        let (c0, s0, t0) = (children(), self.server_cpu(), Instant::now());
+        let out = self.scenario.exec(Side::Client, cmd)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let (c1, s1) = (children(), self.server_cpu());
+        Ok((out, wall, c1 - c0, s0.zip(s1).map(|(a, b)| b.saturating_sub(a).as_secs_f64())))
+    }
+
+    /// iperf3 with `flows` parallel flows for `secs` seconds; `Restore`
+    /// sends from the server side (`-R`). Returns the received rate.
+    ///
+    /// # Errors
+    /// iperf3 missing or failing, or unparsable JSON.
+    pub fn iperf3(&self, flows: u32, secs: u32, direction: Direction) -> anyhow::Result<Run> {
+        let port = "5201";
+        let mut server = self.scenario.spawn(
+            Side::Server,
+            Command::new("iperf3").args(["-s", "-1", "-p", port]).stdout(Stdio::null()).stderr(Stdio::null()),
+        )?;
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = Command::new("iperf3");
+        c.args(["-c", &self.scenario.server_addr().to_string(), "-p", port, "-J", "-O", "2"]).args([
+            "-P",
+            &flows.to_string(),
+            "-t",
+            &secs.to_string(),
+        ]);
+        if direction == Direction::Restore {
+            c.arg("-R");
+        }
+        let out = self.scenario.exec(Side::Client, &mut c)?;
+        let _ = server.kill();
+        let _ = server.wait();
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
+        if let Some(e) = j.get("error") {
+            bail!("iperf3: {e}");
+        }
+        let bps = j["end"]["sum_received"]["bits_per_second"].as_f64().context("iperf3 result")?;
+        let secs_f = j["end"]["sum_received"]["seconds"].as_f64().unwrap_or(f64::from(secs));
+        Ok(Run {
+            tool: format!("iperf3 -P {flows}"),
+            direction,
+            bytes: j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0),
+            seconds: secs_f,
+            goodput_mbps: bps / 1e6,
+            client_cpu_s: None,
+            server_cpu_s: None,
+            connections: Some(u64::from(flows)),
+            converge_s: None,
+            report: None,
+        })
+    }
+
+    /// `wanblk copy` of the whole target in `direction`, with `extra` flags
+    /// (e.g. `["-C", "auto"]`).
+    ///
+    /// # Errors
+    /// The copy failing, or its report missing.
+    pub fn wanblk(&self, direction: Direction, extra: &[&str]) -> anyhow::Result<Run> {
+        let size = self.size;
+        let report = self.work.path().join("report.json");
+        let _ = std::fs::remove_file(&report);
+        let (src, dst) = match direction {
+            Direction::Restore => (self.uri.clone(), "null:".to_string()),
+            Direction::Backup => (format!("random:{size}"), self.uri.clone()),
+        };
+        let mut c = Command::new(&self.exe);
+        c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
+        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
+        if !out.status.success() {
+            bail!("wanblk copy {extra:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report)?).context("wanblk report")?;
+        let converge_s = r["tuning"]["converged_at_interval"].as_u64().and_then(|i| {
+            r["samples"]
+                .as_array()
+                .and_then(|s| s.get(i.saturating_sub(1) as usize))
+                .and_then(|s| s["t_s"].as_f64())
+        });
+        Ok(Run {
+            tool: format!("wanblk {}", extra.join(" ")),
+            direction,
+            bytes: r["data_bytes"].as_u64().unwrap_or(0),
+            seconds: r["seconds"].as_f64().unwrap_or(wall),
+            goodput_mbps: r["goodput_mbps"].as_f64().unwrap_or(0.0),
+            client_cpu_s: Some(client_cpu),
+            server_cpu_s: server_cpu,
+            connections: r["connections"].as_u64(),
+            converge_s,
+            report: Some(r),
+        })
+    }
+
+    /// libnbd's `nbdcopy` of the whole target in `direction` with `-C conns
+    /// -R requests` (`None` keeps nbdcopy's defaults). A backup reads from a
+    /// local `nbdkit random` (nbdcopy runs it itself).
+    ///
+    /// # Errors
+    /// nbdcopy missing or failing.
+    pub fn nbdcopy(
+        &self,
+        direction: Direction,
+        conns: Option<u32>,
+        requests: Option<u32>,
+    ) -> anyhow::Result<Run> {
+        let size = self.size;
+        let mut c = Command::new("nbdcopy");
+        let mut tool = "nbdcopy".to_string();
+        if let Some(n) = conns {
+            c.arg(format!("--connections={n}"));
+            tool += &format!(" -C {n}");
+        }
+        if let Some(r) = requests {
+            c.arg(format!("--requests={r}"));
+            tool += &format!(" -R {r}");
+        }
+        match direction {
+            Direction::Restore => c.arg(&self.uri).arg("null:"),
+            Direction::Backup => c
+                .args(["--", "[", "nbdkit", "--exit-with-parent", "random", &size.to_string(), "]"])
+                .arg(&self.uri),
+        };
+        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
+        if !out.status.success() {
+            bail!("{tool} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(Run {
+            tool,
+            direction,
+            bytes: size,
+            seconds: wall,
+            goodput_mbps: size as f64 * 8.0 / wall / 1e6,
+            client_cpu_s: Some(client_cpu),
+            server_cpu_s: server_cpu,
+            connections: conns.map(u64::from),
+            converge_s: None,
+            report: None,
+        })
+    }
+}
+
+impl Drop for BenchPath {
+    fn drop(&mut self) {
+        let _ = wanblk_sys::process::signal(self.target.id(), wanblk_sys::process::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.target.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.target.kill();
+        let _ = self.target.wait();
+    }
+}
