@@ -173,16 +173,19 @@ pub struct CeilingRow {
     pub emulator_cpu: f64,
     /// Mean release lateness, us.
     pub mean_late_us: f64,
+    /// The machine's 1-minute load average when the row finished (other
+    /// work on the machine makes the numbers noisier).
+    pub load_avg: f64,
 }
 
 impl CeilingRow {
     /// The CSV header of [`to_csv`](Self::to_csv).
-    pub const CSV_HEADER: &'static str = "rate_mbit,delay_ms,flows,cc,buffers,goodput_mbit,utilisation,retransmits,queue_drops,kernel_drops,emulator_cpu_pct,mean_late_us";
+    pub const CSV_HEADER: &'static str = "rate_mbit,delay_ms,flows,cc,buffers,goodput_mbit,utilisation,retransmits,queue_drops,kernel_drops,emulator_cpu_pct,mean_late_us,load_avg";
 
     /// One CSV line.
     pub fn to_csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{:.1},{:.3},{},{},{},{:.1},{:.1}",
+            "{},{},{},{},{},{:.1},{:.3},{},{},{},{:.1},{:.1},{:.2}",
             self.case.rate_bps / 1_000_000,
             self.case.delay_ms,
             self.case.flows,
@@ -194,7 +197,8 @@ impl CeilingRow {
             self.queue_drops,
             self.kernel_drops,
             self.emulator_cpu * 100.0,
-            self.mean_late_us
+            self.mean_late_us,
+            self.load_avg
         )
     }
 }
@@ -264,16 +268,23 @@ pub fn ceiling_matrix(
         let mut runs = Vec::new();
         for _ in 0..repeats.max(1) {
             let before = sc.stats()?;
-            let r = iperf3(
-                &sc,
-                &IperfRun {
-                    flows: case.flows,
-                    cc: Some(case.cc.clone()),
-                    seconds,
-                    omit: 3,
-                    ..IperfRun::default()
-                },
-            )?;
+            let run = IperfRun {
+                flows: case.flows,
+                cc: Some(case.cc.clone()),
+                seconds,
+                omit: 3,
+                ..IperfRun::default()
+            };
+            // iperf3's server occasionally resets a control connection that
+            // follows a run too closely: retry once after a pause.
+            let r = match iperf3(&sc, &run) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!("iperf3 failed, retrying once: {e}");
+                    std::thread::sleep(Duration::from_secs(2));
+                    iperf3(&sc, &run)?
+                }
+            };
             let after = sc.stats()?;
             runs.push((r, before, after));
         }
@@ -292,6 +303,10 @@ pub fn ceiling_matrix(
             mean_late_us: d(|s| s.fwd.model.sum_late_ns + s.back.model.sum_late_ns) as f64
                 / out as f64
                 / 1000.0,
+            load_avg: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|l| l.split_whitespace().next().and_then(|w| w.parse().ok()))
+                .unwrap_or(0.0),
         };
         progress(&row);
         rows.push(row);

@@ -87,20 +87,28 @@ pub fn run(name: &str) -> Result<()> {
     fs::write(dir.join("daemon"), std::process::id().to_string())
         .map_err(|e| Error::io("write daemon marker", e))?;
     topology::set_owner(name, std::process::id())?;
-    let shared = Arc::new(Shared::new());
-    *shared.stats_path.lock().expect("path lock") = Some(dir.join("stats.json"));
     let ecfg = crate::scenario_emulator_config(&cfg, &topo.router_ns);
-    let sh = Arc::clone(&shared);
-    let t = std::thread::Builder::new()
-        .name("netem".into())
-        .spawn(move || emulator::run(&ecfg, &sh))
-        .map_err(|e| Error::io("spawn the emulator thread", e))?;
+    let shared = Arc::new(Shared::new(ecfg.threads()));
+    *shared.stats_path.lock().expect("path lock") = Some(dir.join("stats.json"));
+    let mut threads = Vec::new();
+    for slot in 0..ecfg.threads() {
+        let (sh, ec) = (Arc::clone(&shared), ecfg.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("netem-{slot}"))
+                .spawn(move || emulator::run(&ec, &sh, slot))
+                .map_err(|e| Error::io("spawn the emulator thread", e))?,
+        );
+    }
     shared.wait_ready(Duration::from_secs(10))?;
     fs::write(dir.join("ready"), "").map_err(|e| Error::io("write ready marker", e))?;
-    match t.join() {
-        Ok(r) => r,
-        Err(_) => Err(Error::Stopped("the release loop panicked".into())),
+    for t in threads {
+        match t.join() {
+            Ok(r) => r?,
+            Err(_) => return Err(Error::Stopped("the release loop panicked".into())),
+        }
     }
+    Ok(())
 }
 
 /// The counters the daemon of emulator `name` wrote last (at most 500 ms old).

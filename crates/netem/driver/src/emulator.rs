@@ -1,5 +1,7 @@
-//! The release loop: one thread, inside the router namespace, serving both
-//! NFQUEUE queues with one netlink socket.
+//! The release loop: by default one thread, inside the router namespace,
+//! serving both NFQUEUE queues with one netlink socket (optionally one
+//! thread and socket per direction, see
+//! [`EmulatorConfig::thread_per_direction`]).
 //!
 //! Each iteration reads every queued packet's metadata (id, length, kernel
 //! receive timestamp) and feeds it to that direction's [`Link`], sends the
@@ -23,7 +25,7 @@ use wanblk_netem_model::{Change, Decision, Link, Params, Profile};
 use wanblk_sys::nfqueue::{self, CopyMode, NfQueue, QueueConfig, Verdict};
 use wanblk_sys::sched;
 
-use crate::stats::Stats;
+use crate::stats::{DirectionStats, Stats};
 use crate::topology::{QUEUE_BACK, QUEUE_FWD};
 use crate::{Direction, Error, Result};
 
@@ -48,6 +50,26 @@ pub struct EmulatorConfig {
     pub kernel_queue_len: u32,
     /// Lateness counted as late, ns.
     pub late_threshold_ns: u64,
+    /// One thread (and socket) per direction instead of one for both. Both
+    /// threads are pinned to `cpu`. Measured slower on 2 cores (docs/netem.md).
+    #[serde(default)]
+    pub thread_per_direction: bool,
+}
+
+impl EmulatorConfig {
+    /// How many loop threads this configuration runs (1 or 2); run
+    /// [`run`] once per slot `0..threads()`.
+    pub fn threads(&self) -> usize {
+        if self.thread_per_direction { 2 } else { 1 }
+    }
+
+    fn directions(&self, slot: usize) -> Vec<Direction> {
+        match (self.thread_per_direction, slot) {
+            (false, _) => vec![Direction::Forward, Direction::Back],
+            (true, 0) => vec![Direction::Forward],
+            (true, _) => vec![Direction::Back],
+        }
+    }
 }
 
 /// A change requested while running.
@@ -64,62 +86,97 @@ pub enum Control {
     },
 }
 
-/// State shared between the loop and its owner.
 #[derive(Debug, Default)]
-pub struct Shared {
-    /// Set to stop the loop.
-    pub stop: AtomicBool,
+struct Slot {
     stats: Mutex<Stats>,
-    stats_wanted: AtomicU64,
-    stats_done: AtomicU64,
+    done: AtomicU64,
     control: Mutex<Vec<Control>>,
     ready: Mutex<Option<std::result::Result<(), String>>>,
     ready_cv: Condvar,
+}
+
+/// State shared between the loop thread(s) and their owner.
+#[derive(Debug)]
+pub struct Shared {
+    /// Set to stop the loop.
+    pub stop: AtomicBool,
+    slots: Vec<Slot>,
+    stats_wanted: AtomicU64,
     /// Where to write `stats.json` every 500 ms (daemon mode).
     pub stats_path: Mutex<Option<std::path::PathBuf>>,
 }
 
 impl Shared {
-    /// A fresh, shareable state.
-    pub fn new() -> Shared {
-        Shared::default()
+    /// A fresh, shareable state for `threads` loop threads (1 or 2).
+    pub fn new(threads: usize) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            slots: (0..threads.max(1)).map(|_| Slot::default()).collect(),
+            stats_wanted: AtomicU64::new(0),
+            stats_path: Mutex::new(None),
+        }
     }
 
-    /// Waits until the loop serves its queues (or failed to start).
+    /// Waits until every loop thread serves its queues (or one failed to start).
     ///
     /// # Errors
     /// [`Error::Stopped`] with the loop's start-up error, or after `timeout`.
     pub fn wait_ready(&self, timeout: Duration) -> Result<()> {
-        let g = self.ready.lock().expect("ready lock");
-        let (g, _) = self.ready_cv.wait_timeout_while(g, timeout, |r| r.is_none()).expect("ready lock");
-        match &*g {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(Error::Stopped(e.clone())),
-            None => Err(Error::Stopped(format!("not serving after {timeout:?}"))),
+        for slot in &self.slots {
+            let g = slot.ready.lock().expect("ready lock");
+            let (g, _) = slot.ready_cv.wait_timeout_while(g, timeout, |r| r.is_none()).expect("ready lock");
+            match &*g {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(Error::Stopped(e.clone())),
+                None => return Err(Error::Stopped(format!("not serving after {timeout:?}"))),
+            }
         }
+        Ok(())
     }
 
-    fn set_ready(&self, r: std::result::Result<(), String>) {
-        *self.ready.lock().expect("ready lock") = Some(r);
-        self.ready_cv.notify_all();
+    fn set_ready(&self, slot: usize, r: std::result::Result<(), String>) {
+        let s = &self.slots[slot];
+        *s.ready.lock().expect("ready lock") = Some(r);
+        s.ready_cv.notify_all();
     }
 
     /// The latest counters; asks the loop for a fresh snapshot and waits up to 200 ms for it.
     pub fn stats(&self) -> Stats {
         let want = self.stats_wanted.fetch_add(1, Ordering::SeqCst) + 1;
         let deadline = std::time::Instant::now() + Duration::from_millis(200);
-        while self.stats_done.load(Ordering::SeqCst) < want && std::time::Instant::now() < deadline {
+        while self.slots.iter().any(|s| s.done.load(Ordering::SeqCst) < want)
+            && std::time::Instant::now() < deadline
+        {
             if self.stop.load(Ordering::SeqCst) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        *self.stats.lock().expect("stats lock")
+        self.snapshot()
+    }
+
+    /// The counters as last published, merged over the loop threads.
+    pub fn snapshot(&self) -> Stats {
+        let mut all = self.slots.iter().map(|s| *s.stats.lock().expect("stats lock"));
+        let mut m = all.next().unwrap_or_default();
+        for s in all {
+            m.back = s.back;
+            m.elapsed_ns = m.elapsed_ns.max(s.elapsed_ns);
+            m.cpu_ns += s.cpu_ns;
+            m.wakeups += s.wakeups;
+            m.verdict_sends += s.verdict_sends;
+            m.kernel_errors += s.kernel_errors;
+            m.no_timestamp += s.no_timestamp;
+            m.realtime &= s.realtime;
+        }
+        m
     }
 
     /// Queues a runtime change.
     pub fn control(&self, c: Control) {
-        self.control.lock().expect("control lock").push(c);
+        for s in &self.slots {
+            s.control.lock().expect("control lock").push(c.clone());
+        }
     }
 }
 
@@ -128,29 +185,38 @@ const SPIN_MIN_NS: u64 = 20_000;
 const BATCH_WAIT_NS: u64 = 50_000;
 const MAX_IDLE_WAIT: Duration = Duration::from_millis(20);
 
-/// Runs the loop in the calling thread until `shared.stop` is set. The thread
-/// enters the router namespace (for good: run it on a thread of its own).
+/// Runs loop thread `slot` (of [`EmulatorConfig::threads`]) in the calling
+/// thread until `shared.stop` is set. The thread enters the router
+/// namespace (for good: run it on a thread of its own).
 ///
 /// # Errors
 /// Entering the namespace or binding the queues failed (also reported
 /// through [`Shared::wait_ready`]); a socket error while running.
-pub fn run(cfg: &EmulatorConfig, shared: &Shared) -> Result<()> {
-    let (mut q, rt, _ts) = match setup(cfg) {
+pub fn run(cfg: &EmulatorConfig, shared: &Shared, slot: usize) -> Result<()> {
+    let dirs = cfg.directions(slot);
+    let (mut q, rt, _ts) = match setup(cfg, &dirs) {
         Ok(v) => {
-            shared.set_ready(Ok(()));
+            shared.set_ready(slot, Ok(()));
             v
         }
         Err(e) => {
-            shared.set_ready(Err(e.to_string()));
+            shared.set_ready(slot, Err(e.to_string()));
             return Err(e);
         }
     };
-    let r = serve(cfg, shared, &mut q, rt);
+    let r = serve(cfg, shared, slot, &dirs, &mut q, rt);
     q.unbind_all();
     r
 }
 
-fn setup(cfg: &EmulatorConfig) -> Result<(NfQueue, bool, std::os::fd::OwnedFd)> {
+fn queue_of(d: Direction) -> u16 {
+    match d {
+        Direction::Forward => QUEUE_FWD,
+        Direction::Back => QUEUE_BACK,
+    }
+}
+
+fn setup(cfg: &EmulatorConfig, dirs: &[Direction]) -> Result<(NfQueue, bool, std::os::fd::OwnedFd)> {
     let ns = wanblk_sys::netns::path_of(&cfg.router_ns);
     wanblk_sys::netns::enter(&ns).map_err(|e| Error::io(format!("enter namespace {}", ns.display()), e))?;
     if let Some(cpu) = cfg.cpu
@@ -171,30 +237,52 @@ fn setup(cfg: &EmulatorConfig) -> Result<(NfQueue, bool, std::os::fd::OwnedFd)> 
         fail_open: false,
         gso: false,
     };
-    q.bind_queue(QUEUE_FWD, &qc).map_err(Error::Nfqueue)?;
-    q.bind_queue(QUEUE_BACK, &qc).map_err(Error::Nfqueue)?;
+    for d in dirs {
+        q.bind_queue(queue_of(*d), &qc).map_err(Error::Nfqueue)?;
+    }
     Ok((q, rt, ts))
 }
 
-fn links(cfg: &EmulatorConfig, start: u64) -> [Link; 2] {
-    let mk = |p: Params, seed: u64, dir: Direction| {
-        Link::new(p, seed, start)
-            .with_schedule(start, &cfg.profile.for_direction(dir))
-            .with_late_threshold(cfg.late_threshold_ns)
-    };
-    [mk(cfg.fwd, cfg.seed, Direction::Forward), mk(cfg.back, cfg.seed.wrapping_add(1), Direction::Back)]
+/// One direction served by this thread.
+struct Served {
+    dir: Direction,
+    queue: u16,
+    link: Link,
 }
 
-fn serve(cfg: &EmulatorConfig, shared: &Shared, q: &mut NfQueue, rt: bool) -> Result<()> {
+fn links(cfg: &EmulatorConfig, dirs: &[Direction], start: u64) -> Vec<Served> {
+    dirs.iter()
+        .map(|&dir| {
+            let (p, seed) = match dir {
+                Direction::Forward => (cfg.fwd, cfg.seed),
+                Direction::Back => (cfg.back, cfg.seed.wrapping_add(1)),
+            };
+            let link = Link::new(p, seed, start)
+                .with_schedule(start, &cfg.profile.for_direction(dir))
+                .with_late_threshold(cfg.late_threshold_ns);
+            Served { dir, queue: queue_of(dir), link }
+        })
+        .collect()
+}
+
+fn serve(
+    cfg: &EmulatorConfig,
+    shared: &Shared,
+    slot: usize,
+    dirs: &[Direction],
+    q: &mut NfQueue,
+    rt: bool,
+) -> Result<()> {
     let start = sched::monotonic_ns();
     let cpu0 = sched::thread_cpu_time_ns();
-    let mut links = links(cfg, start);
+    let mut links = links(cfg, dirs, start);
     let mut out: Vec<u8> = Vec::with_capacity(64 << 10);
     let mut oversleep_est: u64 = 60_000;
     let mut st = Stats { realtime: rt, cpu: cfg.cpu, ..Stats::default() };
     let mut last_publish = start;
     let mut last_file = start;
     let mut clock_offset = sched::realtime_ns().wrapping_sub(start);
+    let done = &shared.slots[slot].done;
 
     while !shared.stop.load(Ordering::Relaxed) {
         let now = sched::monotonic_ns();
@@ -208,8 +296,9 @@ fn serve(cfg: &EmulatorConfig, shared: &Shared, q: &mut NfQueue, rt: bool) -> Re
                     now
                 }
             };
-            let i = usize::from(p.queue == QUEUE_BACK);
-            links[i].handle_arrival(p.id, p.len, t);
+            if let Some(s) = links.iter_mut().find(|s| s.queue == p.queue) {
+                s.link.handle_arrival(p.id, p.len, t);
+            }
         })
         .map_err(Error::Nfqueue)?;
         st.no_timestamp += no_ts;
@@ -219,20 +308,20 @@ fn serve(cfg: &EmulatorConfig, shared: &Shared, q: &mut NfQueue, rt: bool) -> Re
 
         // Housekeeping, at most every 50 ms or when asked.
         let wanted = shared.stats_wanted.load(Ordering::Relaxed);
-        if now - last_publish > 50_000_000 || wanted > shared.stats_done.load(Ordering::Relaxed) {
+        if now - last_publish > 50_000_000 || wanted > done.load(Ordering::Relaxed) {
             last_publish = now;
             clock_offset = sched::realtime_ns().wrapping_sub(sched::monotonic_ns());
-            apply_controls(shared, &mut links, now, cfg);
-            publish(shared, &links, q, &mut st, start, cpu0, oversleep_est, wanted);
-            if now - last_file > 500_000_000 {
+            apply_controls(shared, slot, &mut links, now);
+            publish(shared, slot, &links, q, &mut st, start, cpu0, oversleep_est, wanted);
+            if slot == 0 && now - last_file > 500_000_000 {
                 last_file = now;
                 if let Some(p) = shared.stats_path.lock().expect("path lock").as_ref() {
-                    let _ = crate::topology::write_json(p, &st);
+                    let _ = crate::topology::write_json(p, &shared.snapshot());
                 }
             }
         }
 
-        let next = links.iter().filter_map(Link::poll_timeout).min();
+        let next = links.iter().filter_map(|s| s.link.poll_timeout()).min();
         let now = sched::monotonic_ns();
         match next {
             None => {
@@ -264,25 +353,18 @@ fn serve(cfg: &EmulatorConfig, shared: &Shared, q: &mut NfQueue, rt: bool) -> Re
             }
         }
     }
-    publish(shared, &links, q, &mut st, start, cpu0, oversleep_est, u64::MAX);
+    publish(shared, slot, &links, q, &mut st, start, cpu0, oversleep_est, u64::MAX);
     Ok(())
 }
 
-fn release(
-    links: &mut [Link; 2],
-    now: u64,
-    q: &mut NfQueue,
-    out: &mut Vec<u8>,
-    st: &mut Stats,
-) -> Result<()> {
+fn release(links: &mut [Served], now: u64, q: &mut NfQueue, out: &mut Vec<u8>, st: &mut Stats) -> Result<()> {
     out.clear();
-    for (i, link) in links.iter_mut().enumerate() {
-        let queue = if i == 0 { QUEUE_FWD } else { QUEUE_BACK };
-        while let Some(d) = link.poll_decision(now) {
+    for s in links.iter_mut() {
+        while let Some(d) = s.link.poll_decision(now) {
             match d {
-                Decision::Drop { id, .. } => nfqueue::push_verdict(out, queue, id, Verdict::Drop, false),
+                Decision::Drop { id, .. } => nfqueue::push_verdict(out, s.queue, id, Verdict::Drop, false),
                 Decision::Release { up_to_id, .. } => {
-                    nfqueue::push_verdict(out, queue, up_to_id, Verdict::Accept, true)
+                    nfqueue::push_verdict(out, s.queue, up_to_id, Verdict::Accept, true)
                 }
             }
             if out.len() > 48 << 10 {
@@ -299,15 +381,17 @@ fn release(
     Ok(())
 }
 
-fn apply_controls(shared: &Shared, links: &mut [Link; 2], now: u64, _cfg: &EmulatorConfig) {
-    let controls: Vec<Control> = std::mem::take(&mut *shared.control.lock().expect("control lock"));
+fn apply_controls(shared: &Shared, slot: usize, links: &mut [Served], now: u64) {
+    let controls: Vec<Control> =
+        std::mem::take(&mut *shared.slots[slot].control.lock().expect("control lock"));
     for c in controls {
         match c {
             Control::Reschedule { fwd, back, profile } => {
-                let f: Vec<(u64, Change)> = profile.for_direction(Direction::Forward);
-                let b: Vec<(u64, Change)> = profile.for_direction(Direction::Back);
-                links[0].set_schedule(now, fwd, &f);
-                links[1].set_schedule(now, back, &b);
+                for s in links.iter_mut() {
+                    let p = if s.dir == Direction::Forward { fwd } else { back };
+                    let changes: Vec<(u64, Change)> = profile.for_direction(s.dir);
+                    s.link.set_schedule(now, p, &changes);
+                }
             }
         }
     }
@@ -316,7 +400,8 @@ fn apply_controls(shared: &Shared, links: &mut [Link; 2], now: u64, _cfg: &Emula
 #[allow(clippy::too_many_arguments)]
 fn publish(
     shared: &Shared,
-    links: &[Link; 2],
+    slot: usize,
+    links: &[Served],
     q: &NfQueue,
     st: &mut Stats,
     start: u64,
@@ -330,18 +415,24 @@ fn publish(
     st.oversleep_estimate_ns = est;
     st.kernel_errors = q.stats().errors;
     let kernel = nfqueue::kernel_queue_stats().unwrap_or_default();
-    for (i, d) in [&mut st.fwd, &mut st.back].into_iter().enumerate() {
-        d.model = links[i].counters();
-        d.pending = links[i].pending() as u64;
-        let qn = if i == 0 { QUEUE_FWD } else { QUEUE_BACK };
-        if let Some(k) = kernel.iter().find(|k| k.queue == qn) {
+    for s in links {
+        let d = if s.dir == Direction::Forward { &mut st.fwd } else { &mut st.back };
+        d.model = s.link.counters();
+        d.pending = s.link.pending() as u64;
+        if let Some(k) = kernel.iter().find(|k| k.queue == s.queue) {
             d.kernel = *k;
         }
     }
-    *shared.stats.lock().expect("stats lock") = *st;
+    // With one thread per direction, slot 1 holds the back direction; the
+    // merge in `Shared::snapshot` takes `back` from it.
+    if shared.slots.len() == 2 && slot == 0 {
+        st.back = DirectionStats::default();
+    }
+    *shared.slots[slot].stats.lock().expect("stats lock") = *st;
+    let d = &shared.slots[slot].done;
     if wanted != u64::MAX {
-        shared.stats_done.fetch_max(wanted, Ordering::SeqCst);
+        d.fetch_max(wanted, Ordering::SeqCst);
     } else {
-        shared.stats_done.store(u64::MAX, Ordering::SeqCst);
+        d.store(u64::MAX, Ordering::SeqCst);
     }
 }

@@ -10,7 +10,7 @@ use wanblk_netem::{Scenario, SysctlProfile};
 
 #[test]
 fn queue_drops_match_tcp_retransmits() {
-    common::require_root();
+    let _serial = common::require_root();
     wanblk_testkit::require_tool("iperf3", "iperf3");
     // 100 Mbit/s, 10 ms each way: BDP = 250 KB = 165 packets; queue of 30.
     let sc = Scenario::builder()

@@ -8,7 +8,7 @@ use wanblk_netem::Scenario;
 
 #[test]
 fn idle_ping_rtt_is_twice_the_delay() {
-    common::require_root();
+    let _serial = common::require_root();
     let mut report = Vec::new();
     for delay_ms in [5u64, 20, 50, 100] {
         let sc = Scenario::builder()

@@ -12,7 +12,7 @@ use wanblk_netem::bench::{IperfRun, IperfServer, iperf3};
 use wanblk_netem::{Scenario, SysctlProfile};
 
 fn reaches_93_percent(rate_bps: u64) {
-    common::require_root();
+    let _serial = common::require_root();
     wanblk_testkit::require_tool("iperf3", "iperf3");
     let sc = Scenario::builder()
         .rate_bps(rate_bps)

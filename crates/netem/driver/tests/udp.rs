@@ -11,7 +11,7 @@ use wanblk_netem::{Scenario, Side, SysctlProfile};
 
 #[test]
 fn udp_flood_is_delivered_at_the_rate() {
-    common::require_root();
+    let _serial = common::require_root();
     wanblk_testkit::require_tool("iperf3", "iperf3");
     let rate = 200_000_000u64;
     let sc = Scenario::builder()
@@ -63,7 +63,7 @@ fn udp_flood_is_delivered_at_the_rate() {
 
 #[test]
 fn random_loss_matches_the_probability() {
-    common::require_root();
+    let _serial = common::require_root();
     wanblk_testkit::require_tool("iperf3", "iperf3");
     let p = 0.01;
     let sc = Scenario::builder()

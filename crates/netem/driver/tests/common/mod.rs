@@ -5,14 +5,20 @@ use std::process::Command;
 
 use wanblk_netem::{Scenario, Side};
 
-/// Fails (never skips) unless running as root.
-pub fn require_root() {
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Fails (never skips) unless running as root. Returns a guard that keeps
+/// the tests of one binary from running at the same time: they measure
+/// timing and throughput on a 2-core machine.
+pub fn require_root() -> std::sync::MutexGuard<'static, ()> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
         wanblk_sys::sched::geteuid() == 0,
         "the netem tests need root (network namespaces, iptables, NFQUEUE): run the README's test command as root"
     );
     wanblk_testkit::require_tool("ip", "iproute2");
     wanblk_testkit::require_tool("iptables", "iptables");
+    guard
 }
 
 /// RTT summary of a ping run, ms (from ping's `rtt min/avg/max/mdev` line,
