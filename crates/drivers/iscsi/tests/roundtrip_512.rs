@@ -34,6 +34,10 @@ async fn round_trip_512_byte_blocks() {
         assert!(back == data, "read back differs at {off}+{len}");
     }
     within(30, ep.flush()).await.unwrap();
+    let info = ep.tcp_info();
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].state, 1, "ESTABLISHED");
+    assert!(info[0].bytes_acked > 8 << 20, "{:?}", info[0]);
     // Byte for byte against the backing file.
     let data = pattern(4 << 20, 2);
     assert!(file_bytes(&file, 1 << 20, 4 << 20) == data[..]);
