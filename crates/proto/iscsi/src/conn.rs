@@ -190,7 +190,9 @@ pub struct Connection {
     next_itt: u32,
     tasks: HashMap<u32, Task>,
     pings: HashMap<u32, ()>,
-    tx: VecDeque<OutPdu>,
+    /// Queued PDUs; Data-Out ones tagged with their task, so they can be
+    /// dropped if the task ends first (a target may answer a write early).
+    tx: VecDeque<(Option<u32>, OutPdu)>,
     events: VecDeque<Event>,
     phase: Phase,
 }
@@ -312,7 +314,7 @@ impl Connection {
             }
             _ => (TaskKind::Read { segments: Vec::new(), received: 0, next_data_sn: 0 }, Bytes::new()),
         };
-        self.tx.push_back(self.codec.encode(&header, imm_data));
+        self.tx.push_back((None, self.codec.encode(&header, imm_data)));
         if let TaskKind::Write { data, .. } = &kind
             && unsolicited > immediate
         {
@@ -339,7 +341,7 @@ impl Connection {
                 data_sn,
                 buffer_offset: off as u32,
             });
-            self.tx.push_back(self.codec.encode(&h, data.slice(off..off + n)));
+            self.tx.push_back((Some(itt), self.codec.encode(&h, data.slice(off..off + n))));
             off += n;
             data_sn = data_sn.wrapping_add(1);
         }
@@ -362,7 +364,7 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        self.tx.push_back((None, self.codec.encode(&h, Bytes::new())));
         Ok(itt)
     }
 
@@ -389,14 +391,14 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        self.tx.push_back((None, self.codec.encode(&h, Bytes::new())));
         self.phase = Phase::LoggingOut { itt };
         Ok(())
     }
 
     /// The next PDU to write.
     pub fn poll_transmit(&mut self) -> Option<OutPdu> {
-        self.tx.pop_front()
+        self.tx.pop_front().map(|(_, p)| p)
     }
 
     /// PDUs waiting to be written.
@@ -446,6 +448,13 @@ impl Connection {
                 self.fail(e.clone());
                 return Err(e);
             }
+        }
+    }
+
+    /// Drops Data-Out PDUs still queued for a task that ended.
+    fn drop_pending_data(&mut self, itt: u32) {
+        if self.tx.iter().any(|(t, _)| *t == Some(itt)) {
+            self.tx.retain(|(t, _)| *t != Some(itt));
         }
     }
 
@@ -554,6 +563,9 @@ impl Connection {
             .tasks
             .remove(&itt)
             .ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::ScsiResponse, itt })?;
+        if matches!(task.kind, TaskKind::Write { .. }) {
+            self.drop_pending_data(itt);
+        }
         let result = if h.response != 0 {
             Err(CommandError::TargetFailure(h.response))
         } else if h.status != status::GOOD {
@@ -623,7 +635,7 @@ impl Connection {
                 cmd_sn: window.current(),
                 exp_stat_sn: self.exp_stat_sn,
             });
-            self.tx.push_back(self.codec.encode(&out, data));
+            self.tx.push_back((None, self.codec.encode(&out, data)));
         }
         Ok(())
     }
@@ -641,6 +653,7 @@ impl Connection {
         let is_task_pdu =
             opcode == crate::pdu::Opcode::ScsiCommand as u8 || opcode == crate::pdu::Opcode::DataOut as u8;
         if is_task_pdu && self.tasks.remove(&itt).is_some() {
+            self.drop_pending_data(itt);
             self.events.push_back(Event::Completed { itt, result: Err(CommandError::Rejected(reason)) });
         } else {
             if opcode == crate::pdu::Opcode::NopOut as u8 {

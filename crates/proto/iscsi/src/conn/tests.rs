@@ -371,3 +371,25 @@ fn transport_failure_fails_pending() {
     let done = completed(&mut c);
     assert_eq!(done, vec![(a, Err(CommandError::Connection(ConnError::Closed("reset".into()))))]);
 }
+
+#[test]
+fn early_answer_to_a_write_drops_its_queued_data() {
+    let p = Params { first_burst: 16384, max_burst: 16384, ..params() };
+    let mut c = Connection::new(p, 0, 0);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let mut t = Target::new();
+    let itt = c
+        .start_command(
+            Command { cdb: scsi::write16(0, 32, false), dir: DataDir::Write(Bytes::from(vec![1u8; 16384])) },
+            1,
+        )
+        .unwrap();
+    let other = c.start_command(read_cmd(512), 2).unwrap();
+    let sense = [0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0];
+    let mut input = t.response(itt, status::CHECK_CONDITION, &sense);
+    c.handle_input(&mut input, &mut w).unwrap();
+    let sent = t.drain(&mut c);
+    let kinds: Vec<Opcode> = sent.iter().map(|p| p.header.opcode()).collect();
+    assert_eq!(kinds, vec![Opcode::ScsiCommand, Opcode::ScsiCommand], "the 3 Data-Out PDUs are gone");
+    assert_eq!(sent[1].header.itt(), other);
+}
