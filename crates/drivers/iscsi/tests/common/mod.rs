@@ -463,6 +463,37 @@ impl FakeTarget {
         FakeTarget { port, handle: Some(handle) }
     }
 
+    /// Accepts `n` connections, running `script(index, conn)` on each in its own thread.
+    pub fn spawn_many(n: usize, script: impl Fn(usize, &mut FakeConn) + Send + Sync + 'static) -> FakeTarget {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let script = std::sync::Arc::new(script);
+        let handle = std::thread::spawn(move || {
+            let mut threads = Vec::new();
+            for i in 0..n {
+                let (stream, _) = l.accept().unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let script = std::sync::Arc::clone(&script);
+                threads.push(std::thread::spawn(move || {
+                    let mut c = FakeConn {
+                        stream,
+                        buf: BytesMut::new(),
+                        codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
+                        stat_sn: 1,
+                        exp_cmd_sn: 0,
+                        answers: Vec::new(),
+                    };
+                    script(i, &mut c);
+                    std::thread::sleep(Duration::from_millis(200));
+                }));
+            }
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+        FakeTarget { port, handle: Some(handle) }
+    }
+
     pub fn uri(&self) -> String {
         format!("iscsi://127.0.0.1:{}/iqn.2024-01.test:fake/1", self.port)
     }
