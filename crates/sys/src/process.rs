@@ -28,10 +28,23 @@ pub use libc::{SIGINT, SIGKILL, SIGTERM};
 /// # Errors
 /// The `getrusage` error (not expected on Linux).
 pub fn self_cpu_time() -> io::Result<(std::time::Duration, std::time::Duration)> {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// CPU time used by this process's children that have ended and been
+/// waited for (and their waited-for descendants): (user, system).
+///
+/// # Errors
+/// The `getrusage` error (not expected on Linux).
+pub fn children_cpu_time() -> io::Result<(std::time::Duration, std::time::Duration)> {
+    rusage(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage(who: libc::c_int) -> io::Result<(std::time::Duration, std::time::Duration)> {
     // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a live, writable rusage the kernel fills in.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
