@@ -281,7 +281,7 @@ fn serve(
     let mut st = Stats { realtime: rt, cpu: cfg.cpu, ..Stats::default() };
     let mut last_publish = start;
     let mut last_file = start;
-    let mut clock_offset = sched::realtime_ns().wrapping_sub(start);
+    let mut clock_offset = clock_offset(None);
     let done = &shared.slots[slot].done;
 
     while !shared.stop.load(Ordering::Relaxed) {
@@ -310,7 +310,7 @@ fn serve(
         let wanted = shared.stats_wanted.load(Ordering::Relaxed);
         if now - last_publish > 50_000_000 || wanted > done.load(Ordering::Relaxed) {
             last_publish = now;
-            clock_offset = sched::realtime_ns().wrapping_sub(sched::monotonic_ns());
+            clock_offset = clock_offset_or(clock_offset);
             apply_controls(shared, slot, &mut links, now);
             publish(shared, slot, &links, q, &mut st, start, cpu0, oversleep_est, wanted);
             if slot == 0 && now - last_file > 500_000_000 {
@@ -355,6 +355,31 @@ fn serve(
     }
     publish(shared, slot, &links, q, &mut st, start, cpu0, oversleep_est, u64::MAX);
     Ok(())
+}
+
+/// `CLOCK_REALTIME - CLOCK_MONOTONIC`, ns, read between two monotonic reads
+/// less than 10 us apart (a preemption between the reads would shift every
+/// arrival time by its length). Falls back to `previous` after 8 tries.
+fn clock_offset(previous: Option<u64>) -> u64 {
+    let mut best: Option<(u64, u64)> = None;
+    for _ in 0..8 {
+        let m1 = sched::monotonic_ns();
+        let r = sched::realtime_ns();
+        let m2 = sched::monotonic_ns();
+        let width = m2 - m1;
+        let off = r.wrapping_sub(m1 + width / 2);
+        if width < 10_000 {
+            return off;
+        }
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, off));
+        }
+    }
+    previous.unwrap_or_else(|| best.map_or(0, |(_, o)| o))
+}
+
+fn clock_offset_or(previous: u64) -> u64 {
+    clock_offset(Some(previous))
 }
 
 fn release(links: &mut [Served], now: u64, q: &mut NfQueue, out: &mut Vec<u8>, st: &mut Stats) -> Result<()> {

@@ -23,7 +23,7 @@ pub fn require_root() -> std::sync::MutexGuard<'static, ()> {
 
 /// RTT summary of a ping run, ms (from ping's `rtt min/avg/max/mdev` line,
 /// which has microsecond precision; the per-reply lines are rounded).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PingSummary {
     pub sent: u32,
     pub received: u32,
@@ -31,19 +31,32 @@ pub struct PingSummary {
     pub avg: f64,
     pub max: f64,
     pub mdev: f64,
+    /// Per-reply RTTs as ping prints them (3 significant digits: 0.1 ms
+    /// steps from 10 ms, 1 ms steps from 100 ms).
+    pub replies: Vec<f64>,
 }
 
 /// Runs `ping` from the client to the server.
 pub fn ping(sc: &Scenario, count: u32, interval: &str, size: u32) -> PingSummary {
     wanblk_testkit::require_tool("ping", "iputils-ping");
     let mut c = Command::new("ping");
-    c.args(["-n", "-q", "-c", &count.to_string(), "-i", interval, "-s", &size.to_string(), "-W", "5"]);
+    c.args(["-n", "-c", &count.to_string(), "-i", interval, "-s", &size.to_string(), "-W", "5"]);
     c.arg(sc.server_addr().to_string());
     let out = sc.exec(Side::Client, &mut c).expect("run ping");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut s =
-        PingSummary { sent: 0, received: 0, min: f64::NAN, avg: f64::NAN, max: f64::NAN, mdev: f64::NAN };
+    let mut s = PingSummary {
+        sent: 0,
+        received: 0,
+        min: f64::NAN,
+        avg: f64::NAN,
+        max: f64::NAN,
+        mdev: f64::NAN,
+        replies: Vec::new(),
+    };
     for l in text.lines() {
+        if let Some(t) = l.split("time=").nth(1).and_then(|t| t.split_whitespace().next()) {
+            s.replies.extend(t.parse::<f64>().ok());
+        }
         if l.contains("packets transmitted") {
             let n: Vec<u32> = l.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             s.sent = n[0];
