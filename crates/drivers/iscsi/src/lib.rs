@@ -18,6 +18,15 @@
 //! Defaults are tuned for long-fat networks (seed 003 table 1, seed 001
 //! section 5): InitialR2T=No, ImmediateData=Yes, bursts and segments as large
 //! as the target allows, large READ/WRITE commands (4 MiB), many in flight.
+//!
+//! Behaviour of tgt 1.0.85 this crate copes with (verified by the tests):
+//! its first operational Login Response may lack the transit bit (one more
+//! empty request follows); on an added MC/S connection it repeats
+//! session-wide keys (ignored); it answers `None` to a digest offer of
+//! `CRC32C` unless its own setting allows CRC32C; it does not enforce
+//! MaxConnections (the connector does); the first command of a session gets
+//! UNIT ATTENTION 29/00 (retried); it pings idle connections with NOP-In
+//! when `nop_interval` is set and drops those that do not answer.
 
 mod endpoint;
 mod login;
