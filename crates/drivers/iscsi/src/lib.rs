@@ -286,8 +286,11 @@ impl IscsiConnector {
 
     async fn connect_mcs(&self) -> Result<Arc<IscsiEndpoint>> {
         let mut guard = self.mcs.lock().await;
+        // Join the session while one of its connections lives; after a
+        // session failure (ERL 0) the next connect starts a new session.
         if let Some(s) = guard.as_ref()
             && s.live.load(Ordering::SeqCst) > 0
+            && s.window.healthy()
         {
             let s = Arc::clone(s);
             drop(guard);

@@ -36,6 +36,11 @@ impl Window {
         Arc::new(Window { w: Mutex::new(w), opened: Notify::new(), members: Mutex::new(Vec::new()) })
     }
 
+    /// Some connection of the session is alive (for adding connections).
+    pub(crate) fn healthy(&self) -> bool {
+        self.members().iter().filter_map(Weak::upgrade).any(|l| !l.failed.load(Ordering::SeqCst))
+    }
+
     fn members(&self) -> MutexGuard<'_, Vec<Weak<Link>>> {
         self.members.lock().unwrap_or_else(|e| e.into_inner())
     }

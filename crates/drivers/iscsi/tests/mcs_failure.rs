@@ -42,3 +42,28 @@ async fn one_connection_dying_fails_the_session() {
     assert!(eb.to_string().contains("another connection of the session failed"), "{eb}");
     assert_eq!(eb.offset, Some(4096));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_session_failure_the_next_connect_starts_a_new_session() {
+    let fake = FakeTarget::spawn_many(2, move |i, c| {
+        c.answers = vec![("MaxConnections".into(), "2".into())];
+        c.login();
+        let Some((cmd, _)) = c.serve_probe(1 << 16) else { return };
+        if i == 0 {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        } else {
+            c.data_in_good(&cmd, &[5u8; 512]);
+            let _ = c.recv();
+        }
+    });
+    let conn =
+        IscsiConnector::new(&fake.uri(), IscsiOptions { mode: Mode::Mcs, ..Default::default() }).unwrap();
+    let first = within(20, conn.connect_endpoint()).await.unwrap();
+    assert!(within(20, first.read(0, 512)).await.is_err());
+    // `first` is still held (not closed): its session is dead all the same,
+    // so the next connect logs in a new session instead of joining it.
+    let ep = within(20, conn.connect_endpoint()).await.unwrap();
+    assert_eq!(ep.cid(), 0, "a new session, leading connection");
+    assert!(within(20, ep.read(0, 512)).await.unwrap().iter().all(|&x| x == 5));
+    drop(first);
+}
