@@ -95,6 +95,8 @@ pub struct Run {
 pub struct BenchPath {
     spec: PathSpec,
     size: u64,
+    /// Congestion control is set per socket (the namespace default could not be changed).
+    per_socket: bool,
     scenario: Scenario,
     target: Child,
     uri: String,
@@ -144,7 +146,7 @@ impl BenchPath {
             Side::Server,
             Command::new(exe)
                 .args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
-                .args(["--listen", &listen])
+                .args(["--listen", &listen, "--congestion", &spec.congestion])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         )?;
@@ -157,12 +159,18 @@ impl BenchPath {
             bail!("the target did not print its URI (got {uri:?})");
         }
         let work = tempfile::Builder::new().prefix("wanblk-bench-").tempdir()?;
-        Ok(BenchPath { spec: spec.clone(), size, scenario, target, uri, exe: exe.to_path_buf(), work })
+        Ok(BenchPath { spec: spec.clone(), size, per_socket, scenario, target, uri, exe: exe.to_path_buf(), work })
     }
 
     /// The path's description.
     pub fn spec(&self) -> &PathSpec {
         &self.spec
+    }
+
+    /// True when congestion control could only be set per socket (then
+    /// nbdcopy's own sockets use the namespace default).
+    pub fn congestion_per_socket(&self) -> bool {
+        self.per_socket
     }
 
     /// The target's URI as seen from the client namespace.
@@ -205,7 +213,8 @@ impl BenchPath {
         )?;
         std::thread::sleep(Duration::from_millis(300));
         let mut c = Command::new("iperf3");
-        c.args(["-c", &self.scenario.server_addr().to_string(), "-p", port, "-J", "-O", "2"]).args([
+        c.args(["-c", &self.scenario.server_addr().to_string(), "-p", port, "-J", "-O", "2"])
+            .args(["-C", &self.spec.congestion]).args([
             "-P",
             &flows.to_string(),
             "-t",
@@ -252,6 +261,7 @@ impl BenchPath {
         };
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
+        c.args(["--congestion", &self.spec.congestion]);
         let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
         if !out.status.success() {
             bail!("wanblk copy {extra:?} failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -48,6 +48,9 @@ pub struct ServeOptions {
     pub max_in_flight_bytes: usize,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
+    /// TCP congestion control for accepted connections (e.g. "cubic");
+    /// the namespace's default when `None`.
+    pub congestion: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -61,6 +64,7 @@ impl Default for ServeOptions {
             max_in_flight: 64,
             max_in_flight_bytes: 256 << 20,
             shutdown_grace: Duration::from_secs(5),
+            congestion: None,
         }
     }
 }
@@ -167,7 +171,9 @@ impl NbdServer {
         self.serve_loop(
             || async {
                 let (s, peer) = listener.accept().await?;
-                let _ = s.set_nodelay(true);
+                if let Err(e) = crate::io::tune_tcp(&s, None, None, self.opts.congestion.as_deref()) {
+                    tracing::warn!("{peer}: {e}");
+                }
                 let (r, w) = s.into_split();
                 Ok((Box::new(r) as BoxRead, Box::new(w) as BoxWrite, peer.to_string()))
             },

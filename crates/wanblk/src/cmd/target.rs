@@ -70,6 +70,10 @@ pub(crate) struct Args {
     /// Requests served concurrently per connection.
     #[arg(long, default_value_t = 64)]
     max_in_flight: usize,
+    /// TCP congestion control for client connections (e.g. cubic, bbr,
+    /// reno); the system default otherwise.
+    #[arg(long)]
+    congestion: Option<String>,
     /// Write the process id to this file once listening (removed on exit).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
@@ -123,6 +127,7 @@ async fn serve(args: Args, backend: Arc<dyn Endpoint>) -> anyhow::Result<()> {
         structured_replies: !args.no_structured_replies,
         sparse_reads: args.sparse_reads,
         max_in_flight: args.max_in_flight.max(1),
+        congestion: args.congestion.clone(),
         ..Default::default()
     };
     let server = NbdServer::new(backend, opts);
