@@ -411,10 +411,25 @@ pub fn destroy(name: &str) -> Result<()> {
     });
     for ns in namespaces {
         if ns.starts_with(NS_PREFIX) && wanblk_sys::netns::path_of(&ns).exists() {
+            // Processes started inside (peers, `netem exec`) are not ours to
+            // kill; they keep the namespace alive, unnamed, until they exit.
+            let pids = pids_in(&ns);
+            if !pids.is_empty() {
+                tracing::warn!(
+                    "namespace {ns} still has processes {pids:?}; it lives on, unnamed, until they exit"
+                );
+            }
             let _ = ip(&["netns", "del", &ns]);
         }
     }
     fs::remove_dir_all(&dir).map_err(|e| Error::io(format!("remove {}", dir.display()), e))
+}
+
+/// The processes inside namespace `ns` (`ip netns pids`).
+pub fn pids_in(ns: &str) -> Vec<u32> {
+    ip(&["netns", "pids", ns])
+        .map(|o| o.split_whitespace().filter_map(|w| w.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// Removes every emulator whose recorded owner process is gone. Returns their names.
