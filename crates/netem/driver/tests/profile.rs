@@ -37,7 +37,7 @@ fn rate_change_and_blackout_follow_the_profile() {
         )
         .unwrap();
     // Layer-2 rate at the server in a window [a, b] seconds after the start.
-    let mut window = |a: f64, b: f64| {
+    let window = |a: f64, b: f64| {
         wait_until(t0, Duration::from_secs_f64(a));
         let (b0, i0) = (common::rx_bytes(&sc, Side::Server, "s0"), Instant::now());
         wait_until(t0, Duration::from_secs_f64(b));
