@@ -76,24 +76,23 @@ pub enum Error {
     NotFound(String),
     /// The NFQUEUE socket failed.
     #[error("NFQUEUE: {0} (is nfnetlink_queue built into the kernel?)")]
-    Nfqueue(#[source] io::Error),
+    Nfqueue(io::Error),
     /// The emulator thread or process stopped.
     #[error("the emulator stopped: {0}")]
     Stopped(String),
     /// Local I/O failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Io {
         /// What was being done.
         what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
+        /// The error (in the message, so not also a `source()`).
+        error: io::Error,
     },
 }
 
 impl Error {
-    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Error {
-        Error::Io { what: what.into(), source }
+    pub(crate) fn io(what: impl Into<String>, error: io::Error) -> Error {
+        Error::Io { what: what.into(), error }
     }
 }
 

@@ -148,12 +148,19 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `tool` by its full path when it is on `PATH` or in an sbin directory
+/// (root's `PATH` under sudo or cron may lack `/usr/sbin`).
+fn tool(name: &str) -> Command {
+    Command::new(which(name).unwrap_or_else(|| PathBuf::from(name)))
+}
+
 fn ip(args: &[&str]) -> Result<String> {
-    run(Command::new("ip").args(args))
+    run(tool("ip").args(args))
 }
 
 fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
-    run(Command::new("ip").args(["netns", "exec", ns]).args(args))
+    let prog = which(args[0]).map_or_else(|| args[0].to_string(), |p| p.display().to_string());
+    run(tool("ip").args(["netns", "exec", ns, &prog]).args(&args[1..]))
 }
 
 /// The start time of process `pid` (`/proc/PID/stat` field 22), if it

@@ -225,7 +225,7 @@ fn exec(a: ExecArgs) -> anyhow::Result<()> {
     let s = side(&a.side)?;
     topology::read_state(&a.name)?;
     let t = Topology::named(&a.name);
-    let status = Process::new("ip")
+    let status = Process::new(topology::which("ip").unwrap_or_else(|| "ip".into()))
         .args(["netns", "exec", t.namespace(s)])
         .args(&a.cmd)
         .status()
