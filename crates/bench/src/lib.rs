@@ -12,3 +12,4 @@
 pub mod demo;
 pub mod path;
 pub mod plot;
+pub mod suite;

@@ -100,6 +100,8 @@ pub struct BenchPath {
     scenario: Scenario,
     target: Child,
     uri: String,
+    /// Targets of an exact size for tools that copy whole images (nbdcopy).
+    sized: Vec<(u64, Child, String)>,
     exe: PathBuf,
     work: tempfile::TempDir,
 }
@@ -108,6 +110,49 @@ impl std::fmt::Debug for BenchPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BenchPath").field("spec", &self.spec).field("uri", &self.uri).finish()
     }
+}
+
+/// Starts `exe target` serving `size` bytes of a random fill (writes
+/// dropped) on `port` in the server namespace; returns it and its URI.
+fn spawn_target(
+    scenario: &Scenario,
+    exe: &std::path::Path,
+    size: u64,
+    port: u16,
+    congestion: &str,
+) -> anyhow::Result<(Child, String)> {
+    let listen = format!("{}:{port}", scenario.server_addr());
+    let mut target = scenario.spawn(
+        Side::Server,
+        Command::new(exe)
+            .args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
+            .args(["--listen", &listen, "--congestion", congestion])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    )?;
+    let stdout = target.stdout.take().context("target stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).context("reading the target's URI")?;
+    let uri = line.trim().to_string();
+    if !uri.starts_with("nbd://") {
+        let _ = target.kill();
+        let _ = target.wait();
+        bail!("the target did not print its URI (got {uri:?})");
+    }
+    Ok((target, uri))
+}
+
+fn stop(child: &mut Child) {
+    let _ = wanblk_sys::process::signal(child.id(), wanblk_sys::process::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl BenchPath {
@@ -137,30 +182,35 @@ impl BenchPath {
             c.arg("-qw").arg(format!("net.ipv4.tcp_congestion_control={}", spec.congestion));
             per_socket |= !scenario.exec(side, &mut c)?.status.success();
         }
-        let listen = format!("{}:10809", scenario.server_addr());
-        let mut target = scenario.spawn(
-            Side::Server,
-            Command::new(exe)
-                .args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
-                .args(["--listen", &listen, "--congestion", &spec.congestion])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit()),
-        )?;
-        let stdout = target.stdout.take().context("target stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).context("reading the target's URI")?;
-        let uri = line.trim().to_string();
-        if !uri.starts_with("nbd://") {
-            let _ = target.kill();
-            bail!("the target did not print its URI (got {uri:?})");
-        }
+        let (target, uri) = spawn_target(&scenario, exe, size, 10809, &spec.congestion)?;
         let work = tempfile::Builder::new().prefix("wanblk-bench-").tempdir()?;
-        Ok(BenchPath { spec: spec.clone(), size, per_socket, scenario, target, uri, exe: exe.to_path_buf(), work })
+        Ok(BenchPath {
+            spec: spec.clone(),
+            size,
+            per_socket,
+            scenario,
+            target,
+            uri,
+            sized: Vec::new(),
+            exe: exe.to_path_buf(),
+            work,
+        })
     }
 
     /// The path's description.
     pub fn spec(&self) -> &PathSpec {
         &self.spec
+    }
+
+    /// The URI of a target serving exactly `size` bytes (started on first use).
+    fn sized_target(&mut self, size: u64) -> anyhow::Result<String> {
+        if let Some((_, _, uri)) = self.sized.iter().find(|(s, _, _)| *s == size) {
+            return Ok(uri.clone());
+        }
+        let port = 10810 + self.sized.len() as u16;
+        let (child, uri) = spawn_target(&self.scenario, &self.exe, size, port, &self.spec.congestion)?;
+        self.sized.push((size, child, uri.clone()));
+        Ok(uri)
     }
 
     /// True when congestion control could only be set per socket (then
@@ -210,12 +260,8 @@ impl BenchPath {
         std::thread::sleep(Duration::from_millis(300));
         let mut c = Command::new("iperf3");
         c.args(["-c", &self.scenario.server_addr().to_string(), "-p", port, "-J", "-O", "2"])
-            .args(["-C", &self.spec.congestion]).args([
-            "-P",
-            &flows.to_string(),
-            "-t",
-            &secs.to_string(),
-        ]);
+            .args(["-C", &self.spec.congestion])
+            .args(["-P", &flows.to_string(), "-t", &secs.to_string()]);
         if direction == Direction::Restore {
             c.arg("-R");
         }
@@ -284,19 +330,21 @@ impl BenchPath {
         })
     }
 
-    /// libnbd's `nbdcopy` of the whole target in `direction` with `-C conns
-    /// -R requests` (`None` keeps nbdcopy's defaults). A backup reads from a
-    /// local `nbdkit random` (nbdcopy runs it itself).
+    /// libnbd's `nbdcopy` of `size` bytes in `direction` with `-C conns
+    /// -R requests` (`None` keeps nbdcopy's defaults). nbdcopy copies whole
+    /// images, so it gets a target of exactly `size` bytes; a backup reads
+    /// from a local `nbdkit random` (nbdcopy runs it itself).
     ///
     /// # Errors
     /// nbdcopy missing or failing.
     pub fn nbdcopy(
-        &self,
+        &mut self,
         direction: Direction,
+        size: u64,
         conns: Option<u32>,
         requests: Option<u32>,
     ) -> anyhow::Result<Run> {
-        let size = self.size;
+        let uri = self.sized_target(size)?;
         let mut c = Command::new("nbdcopy");
         let mut tool = "nbdcopy".to_string();
         if let Some(n) = conns {
@@ -308,10 +356,10 @@ impl BenchPath {
             tool += &format!(" -R {r}");
         }
         match direction {
-            Direction::Restore => c.arg(&self.uri).arg("null:"),
+            Direction::Restore => c.arg(&uri).arg("null:"),
             Direction::Backup => c
                 .args(["--", "[", "nbdkit", "--exit-with-parent", "random", &size.to_string(), "]"])
-                .arg(&self.uri),
+                .arg(&uri),
         };
         let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
         if !out.status.success() {
@@ -334,15 +382,9 @@ impl BenchPath {
 
 impl Drop for BenchPath {
     fn drop(&mut self) {
-        let _ = wanblk_sys::process::signal(self.target.id(), wanblk_sys::process::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.target.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        stop(&mut self.target);
+        for (_, child, _) in &mut self.sized {
+            stop(child);
         }
-        let _ = self.target.kill();
-        let _ = self.target.wait();
     }
 }

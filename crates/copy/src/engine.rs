@@ -28,6 +28,10 @@ pub struct CopyOptions {
     pub max_in_flight_bytes: u64,
     /// Copy only the first `length` bytes of the source.
     pub length: Option<u64>,
+    /// Stop issuing new pieces at this time and finish with what is done
+    /// (a time-boxed copy, for benchmarks): the outcome then reports
+    /// `complete: false`.
+    pub stop_at: Option<tokio::time::Instant>,
 }
 
 impl Default for CopyOptions {
@@ -40,6 +44,7 @@ impl Default for CopyOptions {
             flush: false,
             max_in_flight_bytes: 1 << 30,
             length: None,
+            stop_at: None,
         }
     }
 }
@@ -63,7 +68,8 @@ pub struct Progress {
 /// What a finished copy did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CopyOutcome {
-    /// Bytes of the image copied (the source size).
+    /// Bytes of the image copied: the source size (or `length`) when
+    /// complete, else the contiguous prefix copied before `stop_at`.
     pub bytes: u64,
     /// Bytes carried as data.
     pub data_bytes: u64,
@@ -71,8 +77,11 @@ pub struct CopyOutcome {
     pub zero_bytes: u64,
     /// Bytes skipped (destination already zero).
     pub skipped_bytes: u64,
-    /// sha256 (hex) of the image in offset order, holes as zeroes, with `verify`.
+    /// sha256 (hex) of the image in offset order, holes as zeroes, with
+    /// `verify` (of the copied prefix when stopped early).
     pub sha256: Option<String>,
+    /// Every byte was copied (false when `stop_at` cut the copy short).
+    pub complete: bool,
 }
 
 /// A copy that stopped on an error. The destination holds exactly the
@@ -359,6 +368,9 @@ pub async fn copy(
         // Fill: keep every slot busy (and one spare each), within the memory
         // bound and, when hashing, within a window past the hash frontier.
         let target = slots().max(1) * 2;
+        if opts.stop_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            exhausted = true;
+        }
         while !exhausted
             && tasks.len() < target
             && in_flight_bytes < opts.max_in_flight_bytes
@@ -410,7 +422,8 @@ pub async fn copy(
         }
     }
     Ok(CopyOutcome {
-        bytes: size,
+        complete: frontier.contiguous == size,
+        bytes: frontier.contiguous,
         data_bytes: progress.data.load(Ordering::Relaxed),
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
@@ -456,6 +469,7 @@ mod tests {
         let opts = CopyOptions { request_size: 1 << 20, verify: true, ..Default::default() };
         let out = copy(src.clone(), dst.clone(), opts, progress, || 4).await.unwrap();
         assert_eq!(out.bytes, 40 << 20);
+        assert!(out.complete);
         assert_eq!(out.data_bytes, 3 << 20);
         assert_eq!(out.zero_bytes, 37 << 20);
         let whole = dst.read(0, 40 << 20).await.unwrap();

@@ -35,6 +35,8 @@ pub struct Report {
     pub samples: Vec<Sample>,
     /// sha256 of the image in offset order (holes hashed as zeroes), with `--verify`.
     pub sha256: Option<String>,
+    /// Every byte was copied (false after `--stop-after` or an error).
+    pub complete: bool,
     /// The tuner's record with `--connections auto`.
     pub tuning: Option<serde_json::Value>,
     /// CPU seconds this process spent in user mode during the copy.

@@ -28,6 +28,8 @@ enum Command {
     Copy(cmd::copy::Args),
     /// Show wanblk on an emulated long-fat network: one session vs tuned N.
     Demo(cmd::demo::Args),
+    /// Benchmark wanblk against nbdcopy and the raw link on emulated paths.
+    Bench(cmd::bench::Args),
     /// Serve a memory- or file-backed export over NBD (the embedded target).
     Target(cmd::target::Args),
     /// Run the long-fat-network emulator (network namespaces + NFQUEUE).
@@ -44,6 +46,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Copy(a) => cmd::copy::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
         Command::Target(a) => cmd::target::run(a),
         Command::Netem(c) => cmd::netem::run(c),
     };

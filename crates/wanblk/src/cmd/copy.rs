@@ -152,6 +152,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     length: Option<u64>,
 
+    /// Stop issuing requests after this many seconds and finish with what
+    /// is done (a time-boxed copy for benchmarks; the report says
+    /// `"complete": false` and a new destination file keeps its
+    /// .wanblk-part name).
+    #[arg(long, value_name = "SECS")]
+    stop_after: Option<f64>,
+
     /// Flush the destination to stable storage at the end.
     #[arg(long)]
     flush: bool,
@@ -295,6 +302,10 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         sparse: !args.no_sparse,
         flush: args.flush,
         length: args.length,
+        stop_at: args
+            .stop_after
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s)),
         ..CopyOptions::default()
     };
     let result = wanblk_copy::copy(
@@ -322,7 +333,17 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     let cpu_end = wanblk_sys::process::self_cpu_time().unwrap_or_default();
     let commit = match &result {
-        Ok(_) => dst.commit().await,
+        Ok(out) if out.complete => dst.commit().await,
+        Ok(out) => {
+            if let Some((part, _)) = &dst.part {
+                notes.push(format!(
+                    "stopped early after {} bytes: {} holds them and was not renamed",
+                    out.bytes,
+                    part.display()
+                ));
+            }
+            Ok(())
+        }
         Err(_) => Ok(()),
     };
     // Close sessions cleanly (NBD_CMD_DISC, iSCSI logout); errors here do
@@ -356,6 +377,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         request_size,
         samples,
         sha256: None,
+        complete: false,
         tuning: state.tuning().map(|t| serde_json::to_value(t).unwrap_or_default()),
         cpu_user_s: cpu_end.0.saturating_sub(cpu_start.0).as_secs_f64(),
         cpu_system_s: cpu_end.1.saturating_sub(cpu_start.1).as_secs_f64(),
@@ -365,6 +387,8 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     let outcome = match result {
         Ok(out) => {
             report.sha256 = out.sha256.clone();
+            report.complete = out.complete;
+            report.bytes = out.bytes;
             commit.map(|()| out)
         }
         Err(e) => {

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod bench;
 pub(crate) mod copy;
 pub(crate) mod demo;
 pub(crate) mod netem;

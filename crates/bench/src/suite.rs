@@ -1,0 +1,666 @@
+//! The benchmark suite behind `wanblk bench`: the seeds' experiments on
+//! wanblk's own emulated path, with the raw link (iperf3) and nbdcopy
+//! measured side by side in the same run, written as CSV, plots and
+//! Markdown tables.
+//!
+//! Every figure is measured; nothing is tuned to one setting: the same
+//! tool defaults run on every path.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+use wanblk_netem::{Profile, SysctlProfile};
+
+use crate::path::{BenchPath, Direction, PathSpec, Run};
+use crate::plot::{Chart, Series};
+
+/// How much to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// One path (1 Gbit/s, 50 ms one way, default buffers): minutes.
+    Quick,
+    /// The seeds' grids (delay, bandwidth, buffers, loss, cubic/bbr): hours.
+    Full,
+}
+
+/// Suite settings.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    /// Quick or full.
+    pub level: Level,
+    /// Output directory (CSV, plots, tables.md).
+    pub out_dir: PathBuf,
+    /// Seconds each fixed-N run copies before it stops (`--stop-after`).
+    pub fixed_secs: f64,
+    /// Seconds of line rate each whole-image run (auto, nbdcopy) copies.
+    pub image_secs: f64,
+}
+
+/// One row of `runs.csv`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Scenario name (ceiling, fixed-n, auto, nbdcopy, change, loss).
+    pub scenario: String,
+    /// Path label.
+    pub path: String,
+    /// Bottleneck Mbit/s.
+    pub rate_mbps: u64,
+    /// One-way delay, ms.
+    pub delay_ms: f64,
+    /// Socket buffer profile.
+    pub buffers: String,
+    /// Congestion control.
+    pub cc: String,
+    /// Loss probability.
+    pub loss: f64,
+    /// Direction.
+    pub direction: Direction,
+    /// Tool and settings.
+    pub tool: String,
+    /// Final or fixed N.
+    pub n: Option<u64>,
+    /// Whole-run goodput, Mbit/s (bytes / wall time, start-up included).
+    pub goodput_mbps: f64,
+    /// Steady-state goodput, Mbit/s: after the first 30 % of the run, or
+    /// after convergence for auto (wanblk runs only).
+    pub steady_mbps: Option<f64>,
+    /// Seconds.
+    pub seconds: f64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Client CPU seconds per transferred Gbit.
+    pub client_cpu_s_per_gbit: Option<f64>,
+    /// Server CPU seconds per transferred Gbit.
+    pub server_cpu_s_per_gbit: Option<f64>,
+    /// Seconds to convergence (auto).
+    pub converge_s: Option<f64>,
+}
+
+fn buffers_label(p: SysctlProfile) -> String {
+    match p {
+        SysctlProfile::Default => "default".into(),
+        SysctlProfile::Bdp => "bdp".into(),
+        SysctlProfile::Capped(b) => format!("capped-{}K", b / 1024),
+        SysctlProfile::Keep => "keep".into(),
+    }
+}
+
+/// Steady-state goodput from a wanblk report: samples after `from_s`.
+fn steady_after(report: &serde_json::Value, from_s: f64) -> Option<f64> {
+    let samples = report["samples"].as_array()?;
+    let (mut bits, mut secs) = (0.0, 0.0);
+    for s in samples {
+        let (t, d, g) = (s["t_s"].as_f64()?, s["duration_s"].as_f64()?, s["goodput_mbps"].as_f64()?);
+        if t - d >= from_s && !s["discarded"].as_bool().unwrap_or(false) {
+            bits += g * d;
+            secs += d;
+        }
+    }
+    (secs > 0.0).then(|| bits / secs)
+}
+
+fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
+    let gbit = r.bytes as f64 * 8.0 / 1e9;
+    let per = |c: Option<f64>| c.filter(|_| gbit > 0.0).map(|c| c / gbit);
+    let steady = r.report.as_ref().and_then(|j| {
+        let from = r.converge_s.unwrap_or(0.3 * r.seconds);
+        steady_after(j, from)
+    });
+    Row {
+        scenario: scenario.into(),
+        path: spec.label(),
+        rate_mbps: spec.rate_bps / 1_000_000,
+        delay_ms: spec.delay_ms,
+        buffers: buffers_label(spec.sysctl),
+        cc: spec.congestion.clone(),
+        loss: spec.loss,
+        direction: r.direction,
+        tool: r.tool.clone(),
+        n: r.connections,
+        goodput_mbps: r.goodput_mbps,
+        steady_mbps: steady,
+        seconds: r.seconds,
+        bytes: r.bytes,
+        client_cpu_s_per_gbit: per(r.client_cpu_s),
+        server_cpu_s_per_gbit: per(r.server_cpu_s),
+        converge_s: r.converge_s,
+    }
+}
+
+/// Collects rows and writes them as they come, so an interrupted run keeps
+/// what it measured.
+struct Recorder {
+    dir: PathBuf,
+    rows: Vec<Row>,
+    failures: Vec<String>,
+}
+
+impl Recorder {
+    fn push(&mut self, scenario: &str, spec: &PathSpec, r: anyhow::Result<Run>) -> Option<Run> {
+        match r {
+            Ok(r) => {
+                let row = row(scenario, spec, &r);
+                println!(
+                    "  {:<8} {:<7} {:<28} {:>7.0} Mbit/s{}{}",
+                    scenario,
+                    format!("{:?}", r.direction).to_lowercase(),
+                    r.tool,
+                    r.goodput_mbps,
+                    row.steady_mbps.map_or(String::new(), |s| format!(" (steady {s:.0})")),
+                    r.connections.map_or(String::new(), |n| format!(" N={n}"))
+                );
+                self.rows.push(row);
+                let _ = self.flush();
+                Some(r)
+            }
+            Err(e) => {
+                let msg = format!("{scenario} on {}: {e:#}", spec.label());
+                println!("  FAILED {msg}");
+                self.failures.push(msg);
+                None
+            }
+        }
+    }
+
+    fn flush(&self) -> anyhow::Result<()> {
+        let mut csv = String::from(
+            "scenario,path,rate_mbps,delay_ms,buffers,cc,loss,direction,tool,n,goodput_mbps,steady_mbps,seconds,bytes,\
+client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s\n",
+        );
+        let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+        for r in &self.rows {
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{},{},{},{:?},{},{},{:.1},{},{:.2},{},{},{},{}",
+                r.scenario,
+                r.path,
+                r.rate_mbps,
+                r.delay_ms,
+                r.buffers,
+                r.cc,
+                r.loss,
+                r.direction,
+                r.tool,
+                r.n.map_or(String::new(), |n| n.to_string()),
+                r.goodput_mbps,
+                o(r.steady_mbps),
+                r.seconds,
+                r.bytes,
+                o(r.client_cpu_s_per_gbit),
+                o(r.server_cpu_s_per_gbit),
+                o(r.converge_s)
+            );
+        }
+        std::fs::write(self.dir.join("runs.csv"), csv)?;
+        Ok(())
+    }
+}
+
+fn bytes_for(spec: &PathSpec, secs: f64) -> u64 {
+    let b = spec.rate_bps as f64 / 8.0 * secs;
+    // Whole MiB, at least 64 MiB.
+    ((b as u64) >> 20).max(64) << 20
+}
+
+fn timeline_chart(title: &str, report: &serde_json::Value, ceiling: Option<f64>, mark: Option<f64>) -> Chart {
+    let samples = report["samples"].as_array().cloned().unwrap_or_default();
+    let pts = |k: &str| -> Vec<(f64, f64)> {
+        samples.iter().filter_map(|s| Some((s["t_s"].as_f64()?, s[k].as_f64()?))).collect()
+    };
+    let g = pts("goodput_mbps");
+    let tmax = g.last().map_or(1.0, |p| p.0);
+    let mut series = vec![Series { markers: false, ..Series::new("goodput", g) }];
+    if let Some(c) = ceiling {
+        series.push(Series::reference("iperf3 ceiling", vec![(0.0, c), (tmax, c)]));
+    }
+    if let Some(t) = mark {
+        let top = ceiling.unwrap_or(1000.0);
+        series.push(Series::reference("path change", vec![(t, 0.0), (t, top)]));
+    }
+    Chart {
+        title: title.into(),
+        x_label: "seconds".into(),
+        y_label: "goodput (Mbit/s)".into(),
+        log_x: false,
+        series,
+        right: Some((
+            "active sessions N".into(),
+            vec![Series { markers: false, ..Series::new("N", pts("n")) }],
+        )),
+    }
+}
+
+/// Per-connection cwnd over time from a `--tcp-log` CSV.
+fn tcpinfo_chart(csv: &str, title: &str) -> Chart {
+    let mut by_session: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(t), Some(s), Some(cw)) = (col("t_s"), col("session"), col("cwnd")) else {
+        return Chart {
+            title: title.into(),
+            x_label: "seconds".into(),
+            y_label: "cwnd (segments)".into(),
+            log_x: false,
+            series: vec![],
+            right: None,
+        };
+    };
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if let (Some(t), Some(s), Some(c)) = (
+            f.get(t).and_then(|v| v.parse::<f64>().ok()),
+            f.get(s).and_then(|v| v.parse::<u64>().ok()),
+            f.get(cw).and_then(|v| v.parse::<f64>().ok()),
+        ) {
+            by_session.entry(s).or_default().push((t, c));
+        }
+    }
+    Chart {
+        title: title.into(),
+        x_label: "seconds".into(),
+        y_label: "cwnd (segments)".into(),
+        log_x: false,
+        series: by_session
+            .into_iter()
+            .map(|(s, p)| Series { markers: false, ..Series::new(format!("session {s}"), p) })
+            .collect(),
+        right: None,
+    }
+}
+
+/// Runs one path's experiments: ceiling, fixed N, auto, nbdcopy; returns
+/// the auto restore run (for timelines).
+#[allow(clippy::too_many_arguments)]
+fn path_experiments(
+    rec: &mut Recorder,
+    exe: &Path,
+    spec: &PathSpec,
+    opts: &SuiteOptions,
+    fixed: &[u32],
+    directions: &[Direction],
+    nbdcopy_sweep: &[(u32, u32)],
+    iperf_flows: &[u32],
+    tcp_log: bool,
+) -> anyhow::Result<()> {
+    println!("path {}", spec.label());
+    let image = bytes_for(spec, opts.image_secs);
+    let mut path = BenchPath::start(spec, exe, 1 << 40)?;
+    if path.congestion_per_socket() {
+        println!(
+            "  (congestion control {} set per socket: nbdcopy's own sends use the namespace default)",
+            spec.congestion
+        );
+    }
+    let mut ceiling = None;
+    for &f in iperf_flows {
+        if let Some(r) = rec.push("ceiling", spec, path.iperf3(f, 8, Direction::Restore)) {
+            ceiling = Some(ceiling.map_or(r.goodput_mbps, |c: f64| c.max(r.goodput_mbps)));
+        }
+    }
+    let stop = format!("{}", opts.fixed_secs);
+    for &dir in directions {
+        for &n in fixed {
+            let ns = n.to_string();
+            rec.push("fixed-n", spec, path.wanblk(dir, &["-C", &ns, "--stop-after", &stop]));
+        }
+        let len = image.to_string();
+        let log = rec.dir.join(format!("tcpinfo-{}-{:?}.csv", spec.label(), dir).to_lowercase());
+        let mut args = vec!["-C", "auto", "--length", &len];
+        let logs = log.to_string_lossy().to_string();
+        if tcp_log && dir == Direction::Restore {
+            args.extend(["--tcp-log", &logs]);
+        }
+        if let Some(r) = rec.push("auto", spec, path.wanblk(dir, &args)) {
+            if let Some(rep) = &r.report {
+                let stem = rec.dir.join(format!("timeline-{}-{:?}", spec.label(), dir).to_lowercase());
+                let title = format!("wanblk -C auto, {} ({:?})", spec.label(), dir);
+                let _ = crate::plot::write(&timeline_chart(&title, rep, ceiling, None), &stem);
+            }
+            if tcp_log && dir == Direction::Restore {
+                if let Ok(csv) = std::fs::read_to_string(&log) {
+                    let stem = rec.dir.join(format!("tcpinfo-{}", spec.label()).to_lowercase());
+                    let _ = crate::plot::write(
+                        &tcpinfo_chart(&csv, &format!("cwnd per connection, {}", spec.label())),
+                        &stem,
+                    );
+                }
+            }
+        }
+        rec.push("nbdcopy", spec, path.nbdcopy(dir, image, None, None));
+        for &(c, r) in nbdcopy_sweep {
+            rec.push("nbdcopy", spec, path.nbdcopy(dir, image, Some(c), Some(r)));
+        }
+    }
+    // Goodput vs N for this path, with auto, nbdcopy and the ceiling.
+    for &dir in directions {
+        let rows: Vec<&Row> =
+            rec.rows.iter().filter(|r| r.path == spec.label() && r.direction == dir).collect();
+        let fixed_pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.scenario == "fixed-n")
+            .filter_map(|r| Some((r.n? as f64, r.steady_mbps.unwrap_or(r.goodput_mbps))))
+            .collect();
+        if fixed_pts.is_empty() {
+            continue;
+        }
+        let (x0, x1) = (fixed_pts.first().map_or(1.0, |p| p.0), fixed_pts.last().map_or(1.0, |p| p.0));
+        let mut series = vec![Series::new("wanblk, fixed N (steady)", fixed_pts)];
+        let hline = |name: String, v: f64| Series::reference(name, vec![(x0, v), (x1, v)]);
+        if let Some(a) = rows.iter().find(|r| r.scenario == "auto") {
+            series.push(hline(format!("wanblk auto (N={})", a.n.unwrap_or(0)), a.goodput_mbps));
+        }
+        if let Some(b) =
+            rows.iter().filter(|r| r.scenario == "nbdcopy").map(|r| r.goodput_mbps).reduce(f64::max)
+        {
+            series.push(hline("nbdcopy, best".into(), b));
+        }
+        if let Some(c) = ceiling {
+            series.push(hline("iperf3 ceiling".into(), c));
+        }
+        let stem = rec.dir.join(format!("fixed-n-{}-{:?}", spec.label(), dir).to_lowercase());
+        let _ = crate::plot::write(
+            &Chart {
+                title: format!("goodput vs N, {} ({:?})", spec.label(), dir),
+                x_label: "N (sessions)".into(),
+                y_label: "goodput (Mbit/s)".into(),
+                log_x: true,
+                series,
+                right: None,
+            },
+            &stem,
+        );
+    }
+    drop(path);
+    Ok(())
+}
+
+/// A path change in the middle of an auto copy, plotted, with the time
+/// the tuner took to converge again.
+fn change_experiment(
+    rec: &mut Recorder,
+    exe: &Path,
+    spec: &PathSpec,
+    change: &str,
+    at_s: f64,
+    secs: f64,
+) -> anyhow::Result<()> {
+    println!("path {} with `{change}` at {at_s} s", spec.label());
+    let mut path = BenchPath::start(spec, exe, 1 << 40)?;
+    let profile = Profile::parse(&format!("at {at_s}s {change}")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let len = bytes_for(spec, secs).to_string();
+    path.scenario_mut().set_profile(profile);
+    let r = path.wanblk(Direction::Restore, &["-C", "auto", "--length", &len]);
+    if let Some(r) = rec.push(&format!("change: {change}"), spec, r) {
+        if let Some(rep) = &r.report {
+            let label = change.replace(' ', "-");
+            let stem = rec.dir.join(format!("change-{label}-{}", spec.label()).to_lowercase());
+            let _ = crate::plot::write(
+                &timeline_chart(
+                    &format!("auto across a change ({change} at {at_s} s)"),
+                    rep,
+                    None,
+                    Some(at_s),
+                ),
+                &stem,
+            );
+            // Re-convergence: the last convergence after the change.
+            let conv = rep["tuning"]["converged_at_interval"]
+                .as_u64()
+                .and_then(|i| rep["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64());
+            let retunes = rep["tuning"]["retunes"].as_u64().unwrap_or(0);
+            let note = match conv {
+                Some(t) if t > at_s && retunes > 0 => {
+                    format!("re-converged {:.1} s after the change", t - at_s)
+                }
+                _ => format!("did not re-converge after the change (retunes: {retunes})"),
+            };
+            println!("    {note}");
+            let _ = std::fs::write(rec.dir.join(format!("change-{label}.txt")), note + "\n");
+        }
+    }
+    Ok(())
+}
+
+fn tables(rows: &[Row]) -> String {
+    let mut t = String::new();
+    let mut paths: Vec<String> = rows.iter().map(|r| r.path.clone()).collect();
+    paths.dedup();
+    paths.sort();
+    paths.dedup();
+    for p in paths {
+        for dir in [Direction::Restore, Direction::Backup] {
+            let rs: Vec<&Row> = rows.iter().filter(|r| r.path == p && r.direction == dir).collect();
+            if rs.iter().all(|r| r.scenario == "ceiling") && dir == Direction::Backup {
+                continue;
+            }
+            if rs.is_empty() {
+                continue;
+            }
+            let ceiling = rows
+                .iter()
+                .filter(|r| r.path == p && r.scenario == "ceiling")
+                .map(|r| r.goodput_mbps)
+                .reduce(f64::max);
+            let nbd_default = rs.iter().find(|r| r.tool == "nbdcopy").map(|r| r.goodput_mbps);
+            let _ = writeln!(t, "\n### {p}, {dir:?}\n");
+            let _ = writeln!(
+                t,
+                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged |"
+            );
+            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+            for r in rs {
+                let ratio = |d: Option<f64>| d.map_or("-".into(), |d| format!("{:.2}", r.goodput_mbps / d));
+                let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                    r.scenario,
+                    r.tool,
+                    r.n.map_or("-".into(), |n| n.to_string()),
+                    r.goodput_mbps,
+                    o(r.steady_mbps, 0),
+                    ratio(ceiling),
+                    ratio(nbd_default),
+                    o(r.client_cpu_s_per_gbit, 2),
+                    o(r.server_cpu_s_per_gbit, 2),
+                    r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
+                );
+            }
+        }
+    }
+    t
+}
+
+/// Seed figures across paths: goodput vs delay (Fig 11) and vs bandwidth (Fig 10).
+fn grid_chart(
+    rows: &[Row],
+    title: &str,
+    x: impl Fn(&Row) -> Option<f64>,
+    x_label: &str,
+    buffers: &str,
+) -> Chart {
+    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+    for r in
+        rows.iter().filter(|r| r.buffers == buffers && r.direction == Direction::Restore && r.loss == 0.0)
+    {
+        let Some(xv) = x(r) else { continue };
+        let name = match r.scenario.as_str() {
+            "fixed-n" => format!("wanblk N={}", r.n.unwrap_or(0)),
+            "auto" => "wanblk auto".into(),
+            "ceiling" => continue,
+            "nbdcopy" if r.tool == "nbdcopy" => "nbdcopy default".into(),
+            _ => continue,
+        };
+        let y =
+            if r.scenario == "fixed-n" { r.steady_mbps.unwrap_or(r.goodput_mbps) } else { r.goodput_mbps };
+        series.entry(name).or_default().push((xv, y));
+    }
+    let mut ceil: Vec<(f64, f64)> = Vec::new();
+    for r in rows.iter().filter(|r| r.buffers == buffers && r.scenario == "ceiling" && r.loss == 0.0) {
+        if let Some(xv) = x(r) {
+            match ceil.iter_mut().find(|p| p.0 == xv) {
+                Some(p) => p.1 = p.1.max(r.goodput_mbps),
+                None => ceil.push((xv, r.goodput_mbps)),
+            }
+        }
+    }
+    let mut out: Vec<Series> = series
+        .into_iter()
+        .map(|(n, mut p)| {
+            p.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series::new(n, p)
+        })
+        .collect();
+    if !ceil.is_empty() {
+        ceil.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out.push(Series { dashed: true, ..Series::new("iperf3 ceiling", ceil) });
+    }
+    Chart {
+        title: format!("{title} ({buffers} socket buffers, restore)"),
+        x_label: x_label.into(),
+        y_label: "goodput (Mbit/s)".into(),
+        log_x: false,
+        series: out,
+        right: None,
+    }
+}
+
+/// Runs the suite.
+///
+/// # Errors
+/// Creating the output directory; individual failed runs are recorded and
+/// reported, not fatal.
+pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    let mut rec = Recorder { dir: opts.out_dir.clone(), rows: Vec::new(), failures: Vec::new() };
+    let both = [Direction::Restore, Direction::Backup];
+    let main = PathSpec::new(1000, 50.0);
+    match opts.level {
+        Level::Quick => {
+            path_experiments(
+                &mut rec,
+                exe,
+                &main,
+                opts,
+                &[1, 2, 4, 8, 16, 32],
+                &both,
+                &[(4, 64), (8, 64), (16, 64), (16, 16)],
+                &[1, 8],
+                true,
+            )?;
+            change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 45.0)?;
+        }
+        Level::Full => {
+            let fixed = [1, 2, 4, 8, 16, 32, 64, 128];
+            let sweep = [(1, 64), (4, 64), (8, 64), (16, 64), (32, 64), (16, 16), (64, 16)];
+            path_experiments(&mut rec, exe, &main, opts, &fixed, &both, &sweep, &[1, 2, 4, 8, 16, 32], true)?;
+            for buffers in [SysctlProfile::Default, SysctlProfile::Capped(512 << 10)] {
+                // Seed 000 Fig 11: 900 Mbit/s, one-way delay 10..100 ms.
+                for delay in [10.0, 20.0, 50.0, 100.0] {
+                    let spec = PathSpec { sysctl: buffers, ..PathSpec::new(900, delay) };
+                    let r = path_experiments(
+                        &mut rec,
+                        exe,
+                        &spec,
+                        opts,
+                        &fixed,
+                        &[Direction::Restore],
+                        &sweep[1..4],
+                        &[1, 8],
+                        false,
+                    );
+                    if let Err(e) = r {
+                        rec.failures.push(format!("{}: {e:#}", spec.label()));
+                    }
+                }
+                // Seed 000 Fig 10: 10 ms one way, 200..1000 Mbit/s.
+                for rate in [200, 400, 600, 800, 1000] {
+                    let spec = PathSpec { sysctl: buffers, ..PathSpec::new(rate, 10.0) };
+                    let r = path_experiments(
+                        &mut rec,
+                        exe,
+                        &spec,
+                        opts,
+                        &fixed,
+                        &[Direction::Restore],
+                        &sweep[1..4],
+                        &[1, 8],
+                        false,
+                    );
+                    if let Err(e) = r {
+                        rec.failures.push(format!("{}: {e:#}", spec.label()));
+                    }
+                }
+            }
+            for cc in ["cubic", "bbr"] {
+                for loss in [0.0001, 0.001] {
+                    let spec = PathSpec { loss, congestion: cc.into(), ..PathSpec::new(1000, 50.0) };
+                    let r = path_experiments(
+                        &mut rec,
+                        exe,
+                        &spec,
+                        opts,
+                        &[1, 8, 32],
+                        &[Direction::Restore],
+                        &[],
+                        &[8],
+                        false,
+                    );
+                    if let Err(e) = r {
+                        rec.failures.push(format!("{}: {e:#}", spec.label()));
+                    }
+                }
+            }
+            change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 50.0)?;
+            change_experiment(&mut rec, exe, &main, "rate 500mbit", 20.0, 40.0)?;
+            for buffers in ["default", "capped-512K"] {
+                let delay_rows: Vec<Row> = rec.rows.iter().filter(|r| r.rate_mbps == 900).cloned().collect();
+                let _ = crate::plot::write(
+                    &grid_chart(
+                        &delay_rows,
+                        "goodput vs one-way delay, 900 Mbit/s",
+                        |r| Some(r.delay_ms),
+                        "one-way delay (ms)",
+                        buffers,
+                    ),
+                    &rec.dir.join(format!("fig11-delay-{buffers}")),
+                );
+                let bw_rows: Vec<Row> =
+                    rec.rows.iter().filter(|r| r.delay_ms == 10.0 && r.rate_mbps != 900).cloned().collect();
+                let _ = crate::plot::write(
+                    &grid_chart(
+                        &bw_rows,
+                        "goodput vs bandwidth, 10 ms one way",
+                        |r| Some(r.rate_mbps as f64),
+                        "bottleneck (Mbit/s)",
+                        buffers,
+                    ),
+                    &rec.dir.join(format!("fig10-bandwidth-{buffers}")),
+                );
+            }
+        }
+    }
+    rec.flush()?;
+    let mut md = String::from(
+        "# wanblk bench results (generated)\n\nEvery row measured in one run of `wanblk bench`; see runs.csv for all fields.\n",
+    );
+    md += &tables(&rec.rows);
+    if !rec.failures.is_empty() {
+        md += "\n## Runs that failed\n\n";
+        for f in &rec.failures {
+            let _ = writeln!(md, "- {f}");
+        }
+    }
+    std::fs::write(opts.out_dir.join("tables.md"), md)?;
+    println!("\nwrote {}/runs.csv, tables.md and plots", opts.out_dir.display());
+    if !rec.failures.is_empty() {
+        println!("{} run(s) failed:", rec.failures.len());
+        for f in &rec.failures {
+            println!("  {f}");
+        }
+    }
+    Ok(())
+}
