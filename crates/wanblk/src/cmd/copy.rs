@@ -126,9 +126,8 @@ pub(crate) struct Args {
     initial_connections: usize,
 
     /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
-    /// `auto` takes T = clamp(max(5 x RTT, N x request size / goodput),
-    /// 0.25 s, 3 s), with RTT the largest smoothed RTT of the active sessions
-    /// from TCP_INFO. The first interval after N changes is a warm-up (new
+    /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
+    /// smoothed RTT of the active sessions from TCP_INFO. The first interval after N changes is a warm-up (new
     /// sessions in slow start, pipelines filling) and is discarded. Goodput
     /// is counted from the bytes TCP delivered or had acknowledged on every
     /// session (from completed requests over Unix sockets).
@@ -267,7 +266,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             // Goodput comes from TCP byte counters (see wanblk_blockdev::control),
             // so an interval needs round trips, not many whole requests.
             IntervalArg::Auto => IntervalChoice::Auto(IntervalPolicy {
-                requests_per_session: 1.0,
+                requests_per_session: 0.0,
                 min_interval_s: 0.25,
                 ..IntervalPolicy::default()
             }),
