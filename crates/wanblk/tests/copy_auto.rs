@@ -57,7 +57,11 @@ fn auto_moves_n_and_reports_the_search() {
         "--report",
         rep.to_str().unwrap(),
     ]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), pattern_sha256(SIZE), "the data copied is nbdkit's pattern");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        pattern_sha256(SIZE),
+        "the data copied is nbdkit's pattern"
+    );
     let r = report(&rep);
     let samples = r["samples"].as_array().expect("samples");
     let ns: BTreeSet<u64> = samples.iter().map(|s| s["n"].as_u64().unwrap()).collect();

@@ -26,7 +26,10 @@ fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
     assert!(!dst.exists(), "{} must not exist after a failed copy", dst.display());
     let part = dst.with_file_name(format!("{}.wanblk-part", dst.file_name().unwrap().to_str().unwrap()));
     assert!(part.exists(), "the partial copy is kept under its .wanblk-part name");
-    assert!(err.contains("wanblk-part") && err.contains("not renamed"), "error says where the partial data is: {err}");
+    assert!(
+        err.contains("wanblk-part") && err.contains("not renamed"),
+        "error says where the partial data is: {err}"
+    );
     err
 }
 

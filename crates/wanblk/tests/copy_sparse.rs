@@ -33,12 +33,23 @@ fn sparse_image_round_trip_moves_only_the_data() {
     copy_ok(&[src.to_str().unwrap(), &uri, "-C", "4", "--report", rep.to_str().unwrap()]);
     let r = report(&rep);
     let moved = r["data_bytes"].as_u64().unwrap();
-    assert!(moved >= 3 << 20 && moved <= 12 << 20, "backup carried {moved} bytes of data for 3 MiB of data: {r}");
+    assert!(
+        moved >= 3 << 20 && moved <= 12 << 20,
+        "backup carried {moved} bytes of data for 3 MiB of data: {r}"
+    );
     assert_eq!(moved + r["zero_bytes"].as_u64().unwrap() + r["skipped_bytes"].as_u64().unwrap(), SIZE);
 
     let restored = dir.path().join("restored.img");
     let rep = dir.path().join("restore.json");
-    let out = copy_ok(&[&uri, restored.to_str().unwrap(), "-C", "4", "--verify", "--report", rep.to_str().unwrap()]);
+    let out = copy_ok(&[
+        &uri,
+        restored.to_str().unwrap(),
+        "-C",
+        "4",
+        "--verify",
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
     let r = report(&rep);
     let moved = r["data_bytes"].as_u64().unwrap();
     assert!(moved <= 12 << 20, "restore carried {moved} bytes of data: {r}");

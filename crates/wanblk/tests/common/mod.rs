@@ -32,7 +32,8 @@ pub fn copy_ok(args: &[&str]) -> Output {
 /// Reads a `--report` JSON file.
 pub fn report(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("report {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("report {} is not JSON: {e}\n{text}", path.display()))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("report {} is not JSON: {e}\n{text}", path.display()))
 }
 
 /// Creates a sparse file of `size` bytes.
@@ -58,7 +59,8 @@ pub fn round_trip(dir: &Path, src: &Path, src_sha: &str, uri: &str, conns: usize
     // Restore with wanblk, hashing on the fly.
     let restored = dir.join(format!("restored-{conns}.img"));
     let rep = dir.join(format!("restore-{conns}.json"));
-    let out = copy_ok(&[uri, restored.to_str().unwrap(), "-C", &n, "--verify", "--report", rep.to_str().unwrap()]);
+    let out =
+        copy_ok(&[uri, restored.to_str().unwrap(), "-C", &n, "--verify", "--report", rep.to_str().unwrap()]);
     assert_eq!(sha256_file(&restored).unwrap(), src_sha, "restored image equals the source");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--verify printed the image's sha256");
     let r = report(&rep);
