@@ -331,7 +331,8 @@ impl BenchPath {
     }
 
     /// libnbd's `nbdcopy` of `size` bytes in `direction` with `-C conns
-    /// -R requests` (`None` keeps nbdcopy's defaults). nbdcopy copies whole
+    /// -T threads` (`None` keeps nbdcopy's defaults: 4 connections, one
+    /// thread per core, and nbdcopy uses at most one connection per thread). nbdcopy copies whole
     /// images, so it gets a target of exactly `size` bytes; a backup reads
     /// from a local `nbdkit random` (nbdcopy runs it itself).
     ///
@@ -342,7 +343,7 @@ impl BenchPath {
         direction: Direction,
         size: u64,
         conns: Option<u32>,
-        requests: Option<u32>,
+        threads: Option<u32>,
     ) -> anyhow::Result<Run> {
         let uri = self.sized_target(size)?;
         let mut c = Command::new("nbdcopy");
@@ -351,9 +352,9 @@ impl BenchPath {
             c.arg(format!("--connections={n}"));
             tool += &format!(" -C {n}");
         }
-        if let Some(r) = requests {
-            c.arg(format!("--requests={r}"));
-            tool += &format!(" -R {r}");
+        if let Some(t) = threads {
+            c.arg(format!("--threads={t}"));
+            tool += &format!(" -T {t}");
         }
         match direction {
             Direction::Restore => c.arg(&uri).arg("null:"),

@@ -232,42 +232,55 @@ fn timeline_chart(title: &str, report: &serde_json::Value, ceiling: Option<f64>,
     }
 }
 
-/// Per-connection cwnd over time from a `--tcp-log` CSV.
-fn tcpinfo_chart(csv: &str, title: &str) -> Chart {
+/// Per-connection view over time from a `--tcp-log` CSV: the sender's
+/// congestion window (backup: the client sends) or each connection's
+/// receive rate (restore: the client receives, and only the server, out of
+/// our reach, knows its cwnd).
+fn tcpinfo_chart(csv: &str, title: &str, direction: Direction) -> Chart {
     let mut by_session: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
-    let (Some(t), Some(s), Some(cw)) = (col("t_s"), col("session"), col("cwnd")) else {
-        return Chart {
-            title: title.into(),
-            x_label: "seconds".into(),
-            y_label: "cwnd (segments)".into(),
-            log_x: false,
-            series: vec![],
-            right: None,
-        };
+    let value_col = if direction == Direction::Backup { "cwnd" } else { "bytes_received" };
+    let y_label = if direction == Direction::Backup { "cwnd (segments)" } else { "received (Mbit/s)" };
+    let empty = || Chart {
+        title: title.into(),
+        x_label: "seconds".into(),
+        y_label: y_label.into(),
+        log_x: false,
+        series: vec![],
+        right: None,
     };
+    let (Some(t), Some(s), Some(v)) = (col("t_s"), col("session"), col(value_col)) else {
+        return empty();
+    };
+    let mut last: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
-        if let (Some(t), Some(s), Some(c)) = (
-            f.get(t).and_then(|v| v.parse::<f64>().ok()),
-            f.get(s).and_then(|v| v.parse::<u64>().ok()),
-            f.get(cw).and_then(|v| v.parse::<f64>().ok()),
-        ) {
-            by_session.entry(s).or_default().push((t, c));
+        let (Some(t), Some(s), Some(v)) = (
+            f.get(t).and_then(|x| x.parse::<f64>().ok()),
+            f.get(s).and_then(|x| x.parse::<u64>().ok()),
+            f.get(v).and_then(|x| x.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        if direction == Direction::Backup {
+            by_session.entry(s).or_default().push((t, v));
+        } else {
+            // Receive rate of this connection since its previous sample.
+            if let Some((t0, v0)) = last.insert(s, (t, v)) {
+                if t > t0 {
+                    by_session.entry(s).or_default().push((t, (v - v0).max(0.0) * 8.0 / (t - t0) / 1e6));
+                }
+            }
         }
     }
     Chart {
-        title: title.into(),
-        x_label: "seconds".into(),
-        y_label: "cwnd (segments)".into(),
-        log_x: false,
         series: by_session
             .into_iter()
             .map(|(s, p)| Series { markers: false, ..Series::new(format!("session {s}"), p) })
             .collect(),
-        right: None,
+        ..empty()
     }
 }
 
@@ -310,28 +323,31 @@ fn path_experiments(
         let log = rec.dir.join(format!("tcpinfo-{}-{:?}.csv", spec.label(), dir).to_lowercase());
         let mut args = vec!["-C", "auto", "--length", &len];
         let logs = log.to_string_lossy().to_string();
-        if tcp_log && dir == Direction::Restore {
+        if tcp_log {
             args.extend(["--tcp-log", &logs]);
         }
         if let Some(r) = rec.push("auto", spec, path.wanblk(dir, &args)) {
+            let stem = rec.dir.join(format!("auto-{}-{:?}", spec.label(), dir).to_lowercase());
             if let Some(rep) = &r.report {
-                let stem = rec.dir.join(format!("timeline-{}-{:?}", spec.label(), dir).to_lowercase());
+                let _ = std::fs::write(
+                    stem.with_extension("json"),
+                    serde_json::to_string_pretty(rep).unwrap_or_default(),
+                );
                 let title = format!("wanblk -C auto, {} ({:?})", spec.label(), dir);
                 let _ = crate::plot::write(&timeline_chart(&title, rep, ceiling, None), &stem);
             }
-            if tcp_log && dir == Direction::Restore {
+            if tcp_log {
                 if let Ok(csv) = std::fs::read_to_string(&log) {
-                    let stem = rec.dir.join(format!("tcpinfo-{}", spec.label()).to_lowercase());
-                    let _ = crate::plot::write(
-                        &tcpinfo_chart(&csv, &format!("cwnd per connection, {}", spec.label())),
-                        &stem,
-                    );
+                    let stem = rec.dir.join(format!("tcpinfo-{}-{:?}", spec.label(), dir).to_lowercase());
+                    let what = if dir == Direction::Backup { "cwnd" } else { "receive rate" };
+                    let title = format!("{what} per connection, {} ({dir:?})", spec.label());
+                    let _ = crate::plot::write(&tcpinfo_chart(&csv, &title, dir), &stem);
                 }
             }
         }
         rec.push("nbdcopy", spec, path.nbdcopy(dir, image, None, None));
-        for &(c, r) in nbdcopy_sweep {
-            rec.push("nbdcopy", spec, path.nbdcopy(dir, image, Some(c), Some(r)));
+        for &(c, t) in nbdcopy_sweep {
+            rec.push("nbdcopy", spec, path.nbdcopy(dir, image, Some(c), Some(t)));
         }
     }
     // Goodput vs N for this path, with auto, nbdcopy and the ceiling.
@@ -547,7 +563,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 opts,
                 &[1, 2, 4, 8, 16, 32],
                 &both,
-                &[(4, 64), (8, 64), (16, 64), (16, 16)],
+                &[(4, 4), (8, 8), (16, 16), (32, 32)],
                 &[1, 8],
                 true,
             )?;
@@ -555,7 +571,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
         }
         Level::Full => {
             let fixed = [1, 2, 4, 8, 16, 32, 64, 128];
-            let sweep = [(1, 64), (4, 64), (8, 64), (16, 64), (32, 64), (16, 16), (64, 16)];
+            let sweep = [(1, 1), (4, 4), (8, 8), (16, 16), (32, 32), (64, 64)];
             path_experiments(&mut rec, exe, &main, opts, &fixed, &both, &sweep, &[1, 2, 4, 8, 16, 32], true)?;
             for buffers in [SysctlProfile::Default, SysctlProfile::Capped(512 << 10)] {
                 // Seed 000 Fig 11: 900 Mbit/s, one-way delay 10..100 ms.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
 /// path the raw link (iperf3), wanblk with fixed N and with auto, and
-/// libnbd's nbdcopy (its defaults and a sweep of -C/-R) run one after the
+/// libnbd's nbdcopy (its defaults and a sweep of -C/-T) run one after the
 /// other. Writes runs.csv, tables.md and SVG/PNG plots to --out.
 ///
 /// `quick` (one path, 1 Gbit/s, 50 ms one way, both directions, a path
