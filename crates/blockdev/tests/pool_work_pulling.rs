@@ -21,7 +21,10 @@ async fn a_slow_session_carries_less() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deactivated_sessions_idle_and_reactivation_reuses_them() {
-    let c = common::TestConnector::new(32 << 20, vec![]);
+    // Every request takes a little time, so every active worker gets work
+    // (with instant requests a few fast workers could drain the queue).
+    let slow = common::Behaviour { delay: Some(Duration::from_millis(2)), ..Default::default() };
+    let c = common::TestConnector::new(32 << 20, vec![slow; 8]);
     let cfg = PoolConfig { initial_sessions: 4, request_size: 64 << 10, depth: 2, ..Default::default() };
     let pool = Pool::open(c.clone(), cfg).await.unwrap();
     assert_eq!(pool.set_active(2), 2);
