@@ -23,7 +23,9 @@ fn reaches_93_percent(rate_bps: u64) {
         .unwrap();
     let _srv = IperfServer::start(&sc).unwrap();
     let mut results = Vec::new();
-    for _attempt in 0..2 {
+    // Up to three attempts: a busy 2-core CI machine can starve the
+    // endpoints for a few seconds; the threshold itself never moves.
+    for _attempt in 0..3 {
         let before = sc.stats().unwrap();
         let r = iperf3(
             &sc,
@@ -52,7 +54,7 @@ fn reaches_93_percent(rate_bps: u64) {
             return;
         }
     }
-    panic!("goodput below 93% of {rate_bps} bit/s twice: {results:?}");
+    panic!("goodput below 93% of {rate_bps} bit/s in every attempt: {results:?}");
 }
 
 #[test]
