@@ -16,6 +16,9 @@
 //! requests merely submitted. Over Unix sockets (no TCP_INFO) it falls back
 //! to completed requests. Both figures are kept in every sample.
 //!
+//! Every sample also records how the active connections shared the path
+//! (Jain's fairness index of their byte shares) and our retransmissions.
+//!
 //! The interval is either fixed (`--interval 2s`) or chosen from the path
 //! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
 //! active session (RTT from `TCP_INFO`) and long enough for every session to
@@ -64,6 +67,14 @@ pub struct IntervalSample {
     pub completed_mbps: f64,
     /// The goodput came from TCP byte counters (else from completions).
     pub from_tcp: bool,
+    /// Jain's fairness index of the active sessions' shares of the bytes
+    /// moved (1 = equal; low values mean some connections starve while
+    /// others run, seed 004's concern). Needs TCP counters.
+    pub fairness: Option<f64>,
+    /// TCP segments our sockets retransmitted during the interval (our
+    /// side sends in a backup; in a restore the server's retransmissions
+    /// are invisible to us).
+    pub retransmits: u64,
     /// Length of the interval in seconds.
     pub duration_s: f64,
     /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
@@ -99,17 +110,37 @@ impl ControlState {
 /// Per-session cumulative TCP byte counters, to difference between samples.
 #[derive(Debug, Default)]
 struct TransportMeter {
-    last: HashMap<(usize, usize), u64>,
+    last: HashMap<(usize, usize), (u64, u32)>,
+}
+
+/// What the transport counters say about one interval.
+#[derive(Debug, Default)]
+struct TransportDelta {
+    /// Bytes moved per pool.
+    per_pool: Vec<u64>,
+    /// Jain's fairness index of the bytes moved by the active sessions
+    /// (1 = equal shares, 1/n = one session carried everything).
+    fairness: Option<f64>,
+    /// Segments our sockets retransmitted (meaningful where we send).
+    retransmits: u64,
+}
+
+/// Jain's fairness index of `xs`: (sum x)^2 / (n * sum x^2).
+fn jain(xs: &[f64]) -> Option<f64> {
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    (xs.len() > 1 && sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sq))
 }
 
 impl TransportMeter {
     /// Bytes moved since the last call, per pool, counting only sessions
     /// seen both times (so sessions opening or failing do not jump the sum).
     /// `None` when an active session has no TCP_INFO (e.g. a Unix socket).
-    fn delta(&mut self, pools: &[Arc<Pool>]) -> Option<Vec<u64>> {
+    fn delta(&mut self, pools: &[Arc<Pool>]) -> Option<TransportDelta> {
         let mut now = HashMap::new();
         let mut usable = true;
-        let mut per_pool = vec![0u64; pools.len()];
+        let mut d = TransportDelta { per_pool: vec![0u64; pools.len()], ..Default::default() };
+        let mut shares = Vec::new();
         for (p, pool) in pools.iter().enumerate() {
             for (s, active, infos) in pool.session_tcp_info() {
                 if infos.is_empty() {
@@ -117,14 +148,21 @@ impl TransportMeter {
                     continue;
                 }
                 let total: u64 = infos.iter().map(|i| i.bytes_received + i.bytes_acked).sum();
-                if let Some(prev) = self.last.get(&(p, s)) {
-                    per_pool[p] += total.saturating_sub(*prev);
+                let retrans: u32 = infos.iter().map(|i| i.total_retrans).sum();
+                if let Some((prev, prev_retrans)) = self.last.get(&(p, s)) {
+                    let moved = total.saturating_sub(*prev);
+                    d.per_pool[p] += moved;
+                    d.retransmits += u64::from(retrans.saturating_sub(*prev_retrans));
+                    if active {
+                        shares.push(moved as f64);
+                    }
                 }
-                now.insert((p, s), total);
+                now.insert((p, s), (total, retrans));
             }
         }
         self.last = now;
-        usable.then_some(per_pool)
+        d.fairness = jain(&shares);
+        usable.then_some(d)
     }
 }
 
@@ -200,7 +238,7 @@ pub async fn run(
         let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
         let completed_rate = rate(bytes.saturating_sub(last_bytes));
         // A copy between two pools runs at the pace of the slower one.
-        let transport_rate = transport.as_ref().and_then(|v| v.iter().copied().min()).map(rate);
+        let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
         let goodput = transport_rate.unwrap_or(completed_rate);
         let mut sample = IntervalSample {
             t_s: now.duration_since(start).as_secs_f64(),
@@ -208,6 +246,8 @@ pub async fn run(
             goodput_mbps: goodput * 8.0 / 1e6,
             completed_mbps: completed_rate * 8.0 / 1e6,
             from_tcp: transport_rate.is_some(),
+            fairness: transport.as_ref().and_then(|t| t.fairness),
+            retransmits: transport.as_ref().map_or(0, |t| t.retransmits),
             duration_s: dt,
             rtt_ms: rtt * 1e3,
             discarded: stopped,
@@ -238,4 +278,18 @@ pub async fn run(
         *state.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.report());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jain;
+
+    #[test]
+    fn jain_index() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
+        let one = jain(&[9.0, 0.0, 0.0]).unwrap();
+        assert!((one - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(jain(&[3.0]), None);
+        assert_eq!(jain(&[0.0, 0.0]), None);
+    }
 }

@@ -460,7 +460,11 @@ impl Shared {
                                 Some(f) => EndpointError::io(
                                     &this.name,
                                     None,
-                                    format!("{} (and reconnecting failed: {})", f.kind.detail(), e.kind.detail()),
+                                    format!(
+                                        "{} (and reconnecting failed: {})",
+                                        f.kind.detail(),
+                                        e.kind.detail()
+                                    ),
                                 ),
                                 None => e,
                             };
