@@ -567,7 +567,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 &[1, 8],
                 true,
             )?;
-            change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 45.0)?;
+            change_experiment(&mut rec, exe, &main, "delay 200ms", 20.0, 45.0)?;
         }
         Level::Full => {
             let fixed = [1, 2, 4, 8, 16, 32, 64, 128];

@@ -14,6 +14,13 @@
 //! finishes the requests it already took before it idles. More sessions are
 //! opened lazily when the active count grows past the open ones.
 //!
+//! Small control requests (block status, flush) must not wait behind
+//! megabytes of data queued on a slow connection: a block status reply
+//! stuck behind a stalled session's reads starves the whole copy. They go
+//! to a separate *control session*, opened on first use, that carries no
+//! bulk data (when the store allows more than one session; otherwise they
+//! share the work queue).
+//!
 //! A session whose connection fails (an I/O error, not a protocol or server
 //! error) is retired; its chunk is requeued for the others and a replacement
 //! session is opened, a bounded number of times. Goodput is measured from
@@ -138,6 +145,9 @@ struct Shared {
     notes: Mutex<Vec<String>>,
     /// The most recent connection failure, quoted if reconnecting fails too.
     last_failure: Mutex<Option<EndpointError>>,
+    /// The control session (None inside: could not be opened, or failed).
+    control: tokio::sync::OnceCell<Option<Arc<dyn Endpoint>>>,
+    control_failed: AtomicBool,
 }
 
 /// The block device layer over N parallel sessions. See the module docs.
@@ -223,6 +233,8 @@ impl Pool {
             closed: AtomicBool::new(false),
             notes: Mutex::new(notes),
             last_failure: Mutex::new(None),
+            control: tokio::sync::OnceCell::new(),
+            control_failed: AtomicBool::new(false),
         });
         Shared::add_session(&shared, first);
         let pool = Pool { shared, size, caps, request_size };
@@ -310,6 +322,45 @@ impl Pool {
             .iter()
             .map(|s| (s.index, s.completed_bytes.load(Ordering::Relaxed)))
             .collect()
+    }
+
+    /// The control session, opened on first use; `None` when the store
+    /// allows only one session or the control session could not be used.
+    async fn control(&self) -> Option<Arc<dyn Endpoint>> {
+        if self.shared.max_sessions < 2 || self.shared.control_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let shared = &self.shared;
+        shared
+            .control
+            .get_or_init(|| async {
+                match shared.connector.connect().await {
+                    Ok(ep) => Some(ep),
+                    Err(e) => {
+                        shared.note(format!(
+                            "no control session ({e}); control requests share the data sessions"
+                        ));
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// Runs a control request on the control session, falling back to the
+    /// work queue if there is none or it fails with an I/O error.
+    async fn submit_control(&self, op: Op) -> Result<Done> {
+        if let Some(ep) = self.control().await {
+            match execute(&*ep, &op).await {
+                Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
+                    self.shared.control_failed.store(true, Ordering::Relaxed);
+                    self.shared.note(format!("control session failed: {e}; using the data sessions"));
+                }
+                r => return r,
+            }
+        }
+        self.submit(op).await
     }
 
     async fn submit(&self, op: Op) -> Result<Done> {
@@ -664,19 +715,24 @@ impl Endpoint for Pool {
     }
 
     async fn flush(&self) -> Result<()> {
-        self.submit(Op::Flush).await?;
+        // With multi-connection consistency a flush on any session covers
+        // the writes completed on all of them.
+        self.submit_control(Op::Flush).await?;
         Ok(())
     }
 
     async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
         self.check(offset, len)?;
-        match self.submit(Op::BlockStatus { offset, len }).await? {
+        match self.submit_control(Op::BlockStatus { offset, len }).await? {
             Done::Extents(e) => Ok(e),
             _ => Err(unexpected(&self.shared.name)),
         }
     }
 
     async fn close(&self) -> Result<()> {
+        if let Some(Some(ep)) = self.shared.control.get() {
+            let _ = ep.close().await;
+        }
         self.shared.closed.store(true, Ordering::SeqCst);
         self.shared.roles.send_modify(|g| *g += 1);
         self.shared.queue_ready.notify_waiters();

@@ -50,3 +50,25 @@ async fn deactivated_sessions_idle_and_reactivation_reuses_them() {
     .expect("pool opened the extra sessions");
     assert_eq!(pool.stats().active, 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_requests_do_not_wait_behind_a_stalled_session() {
+    // Sessions 0 and 1 stall for 5 s per request; block status and flush
+    // go to a separate control session and answer at once.
+    let stall = common::Behaviour { delay: Some(Duration::from_secs(5)), ..Default::default() };
+    let c = common::TestConnector::new(32 << 20, vec![stall, stall]);
+    let cfg = PoolConfig { initial_sessions: 2, request_size: 1 << 20, depth: 2, ..Default::default() };
+    let pool = std::sync::Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let busy = {
+        let p = pool.clone();
+        tokio::spawn(async move { p.read(0, 4 << 20).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = std::time::Instant::now();
+    let map = pool.block_status(0, 32 << 20).await.unwrap();
+    pool.flush().await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "control requests waited {:?}", t0.elapsed());
+    assert_eq!(map.iter().map(|e| e.length).sum::<u64>(), 32 << 20);
+    assert_eq!(c.opened.load(std::sync::atomic::Ordering::SeqCst), 3, "one extra, control, session");
+    busy.abort();
+}
