@@ -122,10 +122,11 @@ fn spawn_target(
     congestion: &str,
 ) -> anyhow::Result<(Child, String)> {
     let listen = format!("{}:{port}", scenario.server_addr());
+    let mut cmd = Command::new(exe);
+    wanblk_sys::process::terminate_with_parent(&mut cmd);
     let mut target = scenario.spawn(
         Side::Server,
-        Command::new(exe)
-            .args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
+        cmd.args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
             .args(["--listen", &listen, "--congestion", congestion])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),

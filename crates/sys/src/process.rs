@@ -99,3 +99,21 @@ mod tests {
         assert!(clock_ticks_per_sec() >= 1);
     }
 }
+
+/// Makes the child started by `cmd` receive SIGTERM when the thread that
+/// spawned it exits (`PR_SET_PDEATHSIG`), so helpers such as a benchmark's
+/// target never outlive a killed parent.
+pub fn terminate_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls prctl(2), which is async-signal-safe, with plain integer
+    // arguments; it allocates nothing and touches no parent state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
