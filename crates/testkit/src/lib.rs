@@ -2,6 +2,9 @@
 //! qemu-nbd, nbd-server, tgtd, iperf3...), wait for them to listen, and stop
 //! them by PID when the guard drops, even when the test fails.
 //!
+//! [`tgt`] runs tgtd, the iSCSI target, for the iSCSI tests and the iSCSI
+//! benchmark.
+//!
 //! Missing tools are a test failure with a message naming the package to
 //! install, never a silent skip: the README's test command installs them.
 
@@ -16,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 pub mod nbd_hostile;
 pub mod peers;
+pub mod tgt;
 
 /// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) by PID
 /// when the guard drops.
