@@ -240,6 +240,7 @@ impl BenchPath {
     fn measured(&self, cmd: &mut Command) -> anyhow::Result<(std::process::Output, f64, f64, Option<f64>)> {
         let children =
             || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
+        wanblk_sys::process::terminate_with_parent(cmd);
         let (c0, s0, t0) = (children(), self.server_cpu(), Instant::now());
         let out = self.scenario.exec(Side::Client, cmd)?;
         let wall = t0.elapsed().as_secs_f64();
