@@ -129,6 +129,7 @@ impl Tgt {
         loop {
             if let Some(status) = t.peer.as_mut().and_then(Peer::try_wait) {
                 t.peer = None;
+                t.remove_control_socket();
                 bail!("tgtd with portal {portal} exited at start ({status}): is the address taken?");
             }
             if t.try_tgtadm(&["--op", "show", "--mode", "portal"]).is_ok_and(|out| out.contains(&want)) {
@@ -358,6 +359,15 @@ impl Tgt {
             p.stop();
         }
         self.tids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.remove_control_socket();
+    }
+
+    /// tgtd leaves its control socket and lock file behind when it ends:
+    /// remove ours once the daemon is gone.
+    fn remove_control_socket(&self) {
+        let sock = format!("/var/run/tgtd/socket.{}", self.ctl);
+        let _ = std::fs::remove_file(format!("{sock}.lock"));
+        let _ = std::fs::remove_file(sock);
     }
 }
 
@@ -387,6 +397,7 @@ impl Drop for Tgt {
         if let Some(mut p) = self.peer.take() {
             p.stop();
         }
+        self.remove_control_socket();
     }
 }
 
