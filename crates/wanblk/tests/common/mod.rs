@@ -72,3 +72,94 @@ pub fn round_trip(dir: &Path, src: &Path, src_sha: &str, uri: &str, conns: usize
 
 /// Image size for the round-trip tests.
 pub const IMAGE: u64 = 256 << 20;
+
+/// A tgtd serving one target whose LUN 1 is a backing file of [`IMAGE`]
+/// bytes, with the long-fat-network limits raised (as `wanblk copy` users
+/// are told to), for the `copy_iscsi_*` tests.
+pub struct IscsiLun {
+    /// The daemon (stopped on drop).
+    pub tgt: wanblk_testkit::tgt::Tgt,
+    /// LUN 1's backing file.
+    pub file: std::path::PathBuf,
+    /// LUN 1's URI.
+    pub uri: String,
+}
+
+/// Starts tgtd with target `iqn` (tid 1), LUN 1 of [`IMAGE`] bytes in
+/// blocks of `block_size` bytes (tgt's default 512 if `None`).
+pub fn iscsi_lun(iqn: &str, block_size: Option<u32>) -> IscsiLun {
+    let tgt = wanblk_testkit::tgt::Tgt::start();
+    let file = tgt.file("lun.img", IMAGE);
+    tgt.target(1, iqn, &file, block_size, false);
+    tgt.lfn(1);
+    let uri = tgt.uri(iqn);
+    IscsiLun { tgt, file, uri }
+}
+
+/// Backs up `src` (sha256 `src_sha`) to the LUN with `-C conns` and
+/// `extra` flags, checks the LUN's backing file, then restores the LUN to
+/// a new file with `--verify` and checks that and the reports. Returns the
+/// restore's stderr (with `--log` in `extra`, the driver's log).
+pub fn iscsi_round_trip(
+    dir: &Path,
+    src: &Path,
+    src_sha: &str,
+    lun: &IscsiLun,
+    conns: usize,
+    extra: &[&str],
+) -> String {
+    let n = conns.to_string();
+    let rep = dir.join("backup.json");
+    let mut args =
+        vec![src.to_str().unwrap(), &lun.uri, "-C", &n, "--flush", "--report", rep.to_str().unwrap()];
+    args.extend(extra);
+    copy_ok(&args);
+    let r = report(&rep);
+    assert_eq!(r["connections"], conns, "backup used the connections asked for: {r}");
+    assert_eq!(r["complete"], true, "{r}");
+    assert_eq!(r["bytes"], IMAGE);
+    assert_eq!(sha256_file(&lun.file).unwrap(), src_sha, "the LUN's backing file holds what was backed up");
+
+    let restored = dir.join("restored.img");
+    let rep = dir.join("restore.json");
+    let mut args = vec![
+        lun.uri.as_str(),
+        restored.to_str().unwrap(),
+        "-C",
+        &n,
+        "--verify",
+        "--report",
+        rep.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = copy_ok(&args);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--verify printed the image's sha256");
+    assert_eq!(sha256_file(&restored).unwrap(), src_sha, "restored image equals the source");
+    let r = report(&rep);
+    assert_eq!(r["sha256"], src_sha, "{r}");
+    assert_eq!(r["connections"], conns, "restore used the connections asked for: {r}");
+    assert_eq!(r["bytes"], IMAGE);
+    std::fs::remove_file(&restored).unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The TSIH of every iSCSI login in a `--log wanblk_iscsi=debug` stderr,
+/// in order (one per connection; connections of one MC/S session share it).
+pub fn iscsi_login_tsihs(log: &str) -> Vec<u32> {
+    // Drop the log's colour escapes (ESC [ ... m).
+    let mut plain = String::with_capacity(log.len());
+    let mut esc = false;
+    for ch in log.chars() {
+        match (esc, ch) {
+            (false, '\x1b') => esc = true,
+            (true, 'm') => esc = false,
+            (true, _) => {}
+            (false, c) => plain.push(c),
+        }
+    }
+    plain
+        .lines()
+        .filter(|l| l.contains("iSCSI login complete"))
+        .filter_map(|l| l.split("tsih=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
