@@ -50,6 +50,25 @@ pub struct PoolConfig {
     pub request_size: u32,
     /// Replacement sessions the pool may open after connection failures.
     pub max_reconnects: usize,
+    /// Which straggling requests idle sessions may duplicate.
+    pub hedge: Hedge,
+}
+
+/// Hedging: when the queue is empty and a session has a free slot, it may
+/// run a copy of a request that has been in flight on another session far
+/// longer than usual (a stalled connection, e.g. in retransmission
+/// backoff); the first copy to complete answers. Reads are always safe to
+/// duplicate. Writes are safe only when nobody writes the same range again
+/// while the first write may still be in flight (true of a copy, which
+/// writes each range once; not of a file system on top of the pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hedge {
+    /// Never duplicate.
+    Off,
+    /// Duplicate straggling reads.
+    Reads,
+    /// Duplicate straggling reads and writes (each range is written once).
+    ReadsAndWrites,
 }
 
 impl Default for PoolConfig {
@@ -60,6 +79,7 @@ impl Default for PoolConfig {
             depth: 4,
             request_size: 4 << 20,
             max_reconnects: 8,
+            hedge: Hedge::Reads,
         }
     }
 }
@@ -79,14 +99,64 @@ pub struct PoolStats {
     pub in_flight: usize,
     /// Sessions retired after a connection failure.
     pub failed_sessions: usize,
+    /// Straggling requests duplicated on another session.
+    pub hedged: u64,
+    /// Hedged requests the duplicate answered first.
+    pub hedges_won: u64,
+}
+
+/// Where a chunk's result goes; shared by the copies of a hedged chunk.
+struct Reply {
+    tx: Mutex<Option<oneshot::Sender<Result<Done>>>>,
+    /// Copies of the chunk executing now.
+    running: AtomicUsize,
+}
+
+impl Reply {
+    fn new(tx: oneshot::Sender<Result<Done>>) -> Arc<Reply> {
+        Arc::new(Reply { tx: Mutex::new(Some(tx)), running: AtomicUsize::new(0) })
+    }
+
+    fn is_done(&self) -> bool {
+        lock(&self.tx).is_none()
+    }
+
+    /// Delivers `r` unless a copy already did; true if this call delivered.
+    fn deliver(&self, r: Result<Done>) -> bool {
+        match lock(&self.tx).take() {
+            Some(tx) => {
+                let _ = tx.send(r);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// One chunk of work and where its result goes.
 struct Job {
     op: Op,
-    reply: oneshot::Sender<Result<Done>>,
+    reply: Arc<Reply>,
     attempts: u32,
+    /// This is the duplicate of a straggler.
+    hedge: bool,
 }
+
+/// A chunk executing on a session, as seen by idle sessions looking for
+/// stragglers.
+struct Running {
+    id: u64,
+    session: usize,
+    op: Op,
+    reply: Arc<Reply>,
+    started: std::time::Instant,
+    hedged: bool,
+}
+
+/// How often an idle worker looks for stragglers while the queue is empty.
+const HEDGE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// A request is a straggler after max(this, 4 x the mean completion time).
+const HEDGE_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -145,6 +215,13 @@ struct Shared {
     notes: Mutex<Vec<String>>,
     /// The most recent connection failure, quoted if reconnecting fails too.
     last_failure: Mutex<Option<EndpointError>>,
+    /// Chunks executing now (for hedging).
+    running: Mutex<Vec<Running>>,
+    next_running_id: AtomicU64,
+    /// Mean completion time of data chunks, microseconds (EWMA, 1/8).
+    mean_us: AtomicU64,
+    hedged: AtomicU64,
+    hedges_won: AtomicU64,
     /// The control session (None inside: could not be opened, or failed).
     control: tokio::sync::OnceCell<Option<Arc<dyn Endpoint>>>,
     control_failed: AtomicBool,
@@ -235,6 +312,11 @@ impl Pool {
             last_failure: Mutex::new(None),
             control: tokio::sync::OnceCell::new(),
             control_failed: AtomicBool::new(false),
+            running: Mutex::new(Vec::new()),
+            next_running_id: AtomicU64::new(0),
+            mean_us: AtomicU64::new(0),
+            hedged: AtomicU64::new(0),
+            hedges_won: AtomicU64::new(0),
         });
         Shared::add_session(&shared, first);
         let pool = Pool { shared, size, caps, request_size };
@@ -303,6 +385,8 @@ impl Pool {
             queued: lock(&self.shared.queue).len(),
             in_flight: sessions.iter().map(|s| s.in_flight.load(Ordering::Relaxed)).sum(),
             failed_sessions: sessions.iter().filter(|s| s.failed.load(Ordering::Relaxed)).count(),
+            hedged: self.shared.hedged.load(Ordering::Relaxed),
+            hedges_won: self.shared.hedges_won.load(Ordering::Relaxed),
         }
     }
 
@@ -365,7 +449,7 @@ impl Pool {
 
     async fn submit(&self, op: Op) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(Job { op, reply: tx, attempts: 0 }, false);
+        self.shared.push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false }, false);
         rx.await
             .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
     }
@@ -527,6 +611,35 @@ impl Shared {
         }
     }
 
+    /// Hedging applies to this operation.
+    fn hedgeable(&self, op: &Op) -> bool {
+        match (self.config.hedge, op) {
+            (Hedge::Off, _) => false,
+            (_, Op::Read { .. }) => true,
+            (Hedge::ReadsAndWrites, Op::Write { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// The oldest straggler running on another session than `mine`, marked
+    /// hedged and returned as a job to duplicate.
+    fn straggler(&self, mine: usize) -> Option<Job> {
+        let mean = std::time::Duration::from_micros(self.mean_us.load(Ordering::Relaxed));
+        let limit = HEDGE_MIN.max(mean * 4);
+        let now = std::time::Instant::now();
+        let mut running = lock(&self.running);
+        let r = running
+            .iter_mut()
+            .filter(|r| {
+                !r.hedged && r.session != mine && now.duration_since(r.started) > limit && !r.reply.is_done()
+            })
+            .filter(|r| self.hedgeable(&r.op))
+            .min_by_key(|r| r.started)?;
+        r.hedged = true;
+        self.hedged.fetch_add(1, Ordering::Relaxed);
+        Some(Job { op: r.op.clone(), reply: Arc::clone(&r.reply), attempts: 0, hedge: true })
+    }
+
     /// No session can serve anymore: fail everything queued.
     fn fail_all(&self, err: EndpointError) {
         let jobs: Vec<Job> = lock(&self.queue).drain(..).collect();
@@ -535,7 +648,7 @@ impl Shared {
                 Some(o) => err.clone().at(o),
                 None => err.clone(),
             };
-            let _ = j.reply.send(Err(e));
+            j.reply.deliver(Err(e));
         }
     }
 
@@ -555,21 +668,29 @@ impl Shared {
             (healthy, sessions.len() - healthy)
         };
         let give_up = healthy == 0 && failed > self.config.max_reconnects;
+        if job.reply.is_done() || job.reply.running.load(Ordering::SeqCst) > 0 {
+            // A copy already answered, or one is still running: it decides.
+            self.rebalance();
+            return;
+        }
         if job.attempts >= 2 || give_up {
-            let _ = job.reply.send(Err(err.clone()));
+            job.reply.deliver(Err(err.clone()));
             if give_up {
                 self.fail_all(err);
             }
             return;
         }
-        self.push(Job { attempts: job.attempts + 1, ..job }, true);
+        self.push(Job { attempts: job.attempts + 1, hedge: false, ..job }, true);
         self.rebalance();
     }
 }
 
-/// One request slot of one session: pulls chunks while the session is active.
+/// One request slot of one session: pulls chunks while the session is
+/// active, and duplicates stragglers of other sessions when the queue is
+/// empty (see [`Hedge`]).
 async fn worker(shared: Arc<Shared>, session: Arc<Session>) {
     let mut roles = shared.roles.subscribe();
+    let hedging = shared.config.hedge != Hedge::Off;
     loop {
         if shared.closed.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
             return;
@@ -583,30 +704,74 @@ async fn worker(shared: Arc<Shared>, session: Arc<Session>) {
         let job = tokio::select! {
             j = shared.pop() => match j { Some(j) => j, None => return },
             r = roles.changed() => { if r.is_err() { return } continue }
+            _ = tokio::time::sleep(HEDGE_POLL), if hedging => {
+                match shared.straggler(session.index) {
+                    Some(j) => j,
+                    None => continue,
+                }
+            }
         };
         if !session.active.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
-            shared.push(job, true);
+            if !job.hedge {
+                shared.push(job, true);
+            }
             continue;
         }
+        if job.reply.is_done() {
+            continue;
+        }
+        let id = shared.next_running_id.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        if shared.hedgeable(&job.op) {
+            lock(&shared.running).push(Running {
+                id,
+                session: session.index,
+                op: job.op.clone(),
+                reply: Arc::clone(&job.reply),
+                started,
+                hedged: job.hedge,
+            });
+        }
+        job.reply.running.fetch_add(1, Ordering::SeqCst);
         session.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = execute(&*session.endpoint, &job.op).await;
         session.in_flight.fetch_sub(1, Ordering::Relaxed);
+        job.reply.running.fetch_sub(1, Ordering::SeqCst);
+        lock(&shared.running).retain(|r| r.id != id);
         match r {
             Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
                 shared.session_failed(&session, job, e);
                 return;
             }
-            r => {
-                if r.is_ok() {
-                    let n = match &job.op {
-                        Op::Read { len, .. } => u64::from(*len),
-                        Op::Write { data, .. } => data.len() as u64,
-                        _ => 0,
-                    };
+            Ok(done) => {
+                let n = match &job.op {
+                    Op::Read { len, .. } => u64::from(*len),
+                    Op::Write { data, .. } => data.len() as u64,
+                    _ => 0,
+                };
+                if n > 0 {
+                    let us = started.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+                    let old = shared.mean_us.load(Ordering::Relaxed);
+                    let mean = if old == 0 { us } else { old - old / 8 + us / 8 };
+                    shared.mean_us.store(mean, Ordering::Relaxed);
+                }
+                // Count before answering, so a caller that reads the
+                // counters after its request returns sees this one.
+                if let Some(tx) = lock(&job.reply.tx).take() {
                     session.completed_bytes.fetch_add(n, Ordering::Relaxed);
                     shared.completed_bytes.fetch_add(n, Ordering::Relaxed);
+                    if job.hedge {
+                        shared.hedges_won.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = tx.send(Ok(done));
                 }
-                let _ = job.reply.send(r);
+            }
+            Err(e) => {
+                // A protocol or server error: the answer, unless a copy of
+                // the chunk is still running and may succeed.
+                if job.reply.running.load(Ordering::SeqCst) == 0 {
+                    job.reply.deliver(Err(e));
+                }
             }
         }
     }

@@ -72,3 +72,44 @@ async fn control_requests_do_not_wait_behind_a_stalled_session() {
     assert_eq!(c.opened.load(std::sync::atomic::Ordering::SeqCst), 3, "one extra, control, session");
     busy.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_hedges_a_straggler() {
+    // Session 0 stalls for 10 s; once session 1 runs out of work it runs a
+    // copy of the stalled chunk, and the read completes long before 10 s.
+    // Session 1 takes 100 ms per request, so each session takes one chunk.
+    let stall = common::Behaviour { delay: Some(Duration::from_secs(10)), ..Default::default() };
+    let quick = common::Behaviour { delay: Some(Duration::from_millis(100)), ..Default::default() };
+    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
+    let cfg = PoolConfig { initial_sessions: 2, request_size: 1 << 20, depth: 1, ..Default::default() };
+    let pool = Pool::open(c, cfg).await.unwrap();
+    let t0 = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), pool.read(0, 2 << 20)).await;
+    assert!(r.is_ok(), "the stalled chunk was not hedged");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let st = pool.stats();
+    assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_not_hedged_unless_asked() {
+    // Session 0 takes 3 s per request, session 1 300 ms: each takes one chunk.
+    let stall = common::Behaviour { delay: Some(Duration::from_secs(3)), ..Default::default() };
+    let quick = common::Behaviour { delay: Some(Duration::from_millis(300)), ..Default::default() };
+    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
+    let cfg = PoolConfig { initial_sessions: 2, request_size: 1 << 20, depth: 1, ..Default::default() };
+    let pool = Pool::open(c, cfg).await.unwrap();
+    let t0 = std::time::Instant::now();
+    pool.write(0, common::pattern(2 << 20, 1), false).await.unwrap();
+    assert!(t0.elapsed() >= Duration::from_secs(3), "the stalled write was waited for");
+    assert_eq!(pool.stats().hedged, 0);
+    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
+    let cfg = PoolConfig { hedge: wanblk_blockdev::pool::Hedge::ReadsAndWrites, ..cfg };
+    let pool = Pool::open(c, cfg).await.unwrap();
+    let data = common::pattern(2 << 20, 2);
+    let t0 = std::time::Instant::now();
+    pool.write(0, data.clone(), false).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_millis(2900), "{:?}", t0.elapsed());
+    assert_eq!(pool.stats().hedges_won, 1, "{:?}", pool.stats());
+    assert!(pool.read(0, 2 << 20).await.unwrap() == data);
+}

@@ -10,7 +10,7 @@ use anyhow::Context;
 use wanblk_apt::{IntervalPolicy, TunerConfig};
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::control::{self, ControlConfig, ControlState, IntervalChoice};
-use wanblk_blockdev::pool::PoolConfig;
+use wanblk_blockdev::pool::{Hedge, PoolConfig};
 use wanblk_copy::{CopyOptions, Progress, Report, Sample};
 
 use crate::location::{Location, NetOptions, open_destination, open_source};
@@ -231,6 +231,9 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             max_sessions,
             depth: args.requests as usize,
             request_size: args.request_size,
+            // A copy writes every range exactly once, so a straggling write
+            // may be duplicated on an idle session as safely as a read.
+            hedge: Hedge::ReadsAndWrites,
             ..PoolConfig::default()
         },
         congestion: args.congestion.clone(),
