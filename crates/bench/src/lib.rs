@@ -10,6 +10,7 @@
 //! writes files; it needs root for the emulator.
 
 pub mod demo;
+pub mod iscsi;
 pub mod path;
 pub mod plot;
 pub mod suite;

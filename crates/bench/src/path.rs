@@ -336,7 +336,7 @@ impl BenchPath {
     /// -T threads` (`None` keeps nbdcopy's defaults: 4 connections, one
     /// thread per core, and nbdcopy uses at most one connection per thread). nbdcopy copies whole
     /// images, so it gets a target of exactly `size` bytes; a backup reads
-    /// from a local `nbdkit random` (nbdcopy runs it itself).
+    /// from a local `nbdkit random` on a Unix socket.
     ///
     /// # Errors
     /// nbdcopy missing or failing.
@@ -358,13 +358,32 @@ impl BenchPath {
             c.arg(format!("--threads={t}"));
             tool += &format!(" -T {t}");
         }
+        // A backup reads from a local nbdkit `random` on a Unix socket. (Given
+        // as `[ nbdkit ... ]`, nbdcopy would use a single connection.)
+        let mut source = None;
         match direction {
-            Direction::Restore => c.arg(&uri).arg("null:"),
-            Direction::Backup => c
-                .args(["--", "[", "nbdkit", "--exit-with-parent", "random", &size.to_string(), "]"])
-                .arg(&uri),
-        };
-        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
+            Direction::Restore => {
+                c.arg(&uri).arg("null:");
+            }
+            Direction::Backup => {
+                let sock = self.work.path().join("random.sock");
+                let _ = std::fs::remove_file(&sock);
+                let mut k = Command::new("nbdkit");
+                k.args(["-f", "--exit-with-parent", "-U"]).arg(&sock).args(["random", &size.to_string()]);
+                wanblk_sys::process::terminate_with_parent(&mut k);
+                source = Some(k.stdout(Stdio::null()).spawn().context("starting nbdkit random")?);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !sock.exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                c.arg(format!("nbd+unix:///?socket={}", sock.display())).arg(&uri);
+            }
+        }
+        let measured = self.measured(&mut c);
+        if let Some(mut k) = source {
+            stop(&mut k);
+        }
+        let (out, wall, client_cpu, server_cpu) = measured?;
         if !out.status.success() {
             bail!("{tool} failed: {}", String::from_utf8_lossy(&out.stderr));
         }
