@@ -14,15 +14,20 @@ use std::path::PathBuf;
 /// change mid-copy, per-connection TCP_INFO) takes about 10 minutes;
 /// `full` (the seeds' delay and bandwidth grids with default and 512 KB
 /// socket buffers, loss with cubic and bbr, two path changes) takes hours.
-/// Needs root.
+/// `iscsi` (about 10 minutes) runs wanblk's iSCSI initiator against tgtd
+/// in the server namespace: seed 001's Fig 9 (read throughput vs READ
+/// command size at 16 ms one way with 1 MB buffers, against the seed's
+/// latency model) and iSCSI sessions vs MC/S under `-C auto`.
+/// Needs root (and tgt for `iscsi`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// `quick` or `full`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
+    /// `quick`, `full` or `iscsi`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi"])]
     profile: String,
-    /// Output directory.
-    #[arg(long, default_value = "docs/results/quick")]
-    out: PathBuf,
+    /// Output directory [default: docs/results/quick; docs/results/iscsi
+    /// for `--profile iscsi`].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Seconds each fixed-N run copies.
     #[arg(long, default_value_t = 10.0)]
     fixed_secs: f64,
@@ -34,6 +39,16 @@ pub(crate) struct Args {
 /// Runs `wanblk bench`.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
+    if args.profile == "iscsi" {
+        return wanblk_bench::iscsi::run(
+            &exe,
+            &wanblk_bench::iscsi::IscsiBenchOptions {
+                out_dir: args.out.unwrap_or_else(|| PathBuf::from("docs/results/iscsi")),
+                fixed_secs: args.fixed_secs,
+                image_secs: args.image_secs,
+            },
+        );
+    }
     let level = if args.profile == "full" {
         wanblk_bench::suite::Level::Full
     } else {
@@ -43,7 +58,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         &exe,
         &wanblk_bench::suite::SuiteOptions {
             level,
-            out_dir: args.out,
+            out_dir: args.out.unwrap_or_else(|| PathBuf::from("docs/results/quick")),
             fixed_secs: args.fixed_secs,
             image_secs: args.image_secs,
         },
