@@ -268,10 +268,10 @@ fn tcpinfo_chart(csv: &str, title: &str, direction: Direction) -> Chart {
             by_session.entry(s).or_default().push((t, v));
         } else {
             // Receive rate of this connection since its previous sample.
-            if let Some((t0, v0)) = last.insert(s, (t, v)) {
-                if t > t0 {
-                    by_session.entry(s).or_default().push((t, (v - v0).max(0.0) * 8.0 / (t - t0) / 1e6));
-                }
+            if let Some((t0, v0)) = last.insert(s, (t, v))
+                && t > t0
+            {
+                by_session.entry(s).or_default().push((t, (v - v0).max(0.0) * 8.0 / (t - t0) / 1e6));
             }
         }
     }
@@ -336,13 +336,11 @@ fn path_experiments(
                 let title = format!("wanblk -C auto, {} ({:?})", spec.label(), dir);
                 let _ = crate::plot::write(&timeline_chart(&title, rep, ceiling, None), &stem);
             }
-            if tcp_log {
-                if let Ok(csv) = std::fs::read_to_string(&log) {
-                    let stem = rec.dir.join(format!("tcpinfo-{}-{:?}", spec.label(), dir).to_lowercase());
-                    let what = if dir == Direction::Backup { "cwnd" } else { "receive rate" };
-                    let title = format!("{what} per connection, {} ({dir:?})", spec.label());
-                    let _ = crate::plot::write(&tcpinfo_chart(&csv, &title, dir), &stem);
-                }
+            if tcp_log && let Ok(csv) = std::fs::read_to_string(&log) {
+                let stem = rec.dir.join(format!("tcpinfo-{}-{:?}", spec.label(), dir).to_lowercase());
+                let what = if dir == Direction::Backup { "cwnd" } else { "receive rate" };
+                let title = format!("{what} per connection, {} ({dir:?})", spec.label());
+                let _ = crate::plot::write(&tcpinfo_chart(&csv, &title, dir), &stem);
             }
         }
         rec.push("nbdcopy", spec, path.nbdcopy(dir, image, None, None));
@@ -409,33 +407,28 @@ fn change_experiment(
     let len = bytes_for(spec, secs).to_string();
     path.scenario_mut().set_profile(profile);
     let r = path.wanblk(Direction::Restore, &["-C", "auto", "--length", &len]);
-    if let Some(r) = rec.push(&format!("change: {change}"), spec, r) {
-        if let Some(rep) = &r.report {
-            let label = change.replace(' ', "-");
-            let stem = rec.dir.join(format!("change-{label}-{}", spec.label()).to_lowercase());
-            let _ = crate::plot::write(
-                &timeline_chart(
-                    &format!("auto across a change ({change} at {at_s} s)"),
-                    rep,
-                    None,
-                    Some(at_s),
-                ),
-                &stem,
-            );
-            // Re-convergence: the last convergence after the change.
-            let conv = rep["tuning"]["converged_at_interval"]
-                .as_u64()
-                .and_then(|i| rep["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64());
-            let retunes = rep["tuning"]["retunes"].as_u64().unwrap_or(0);
-            let note = match conv {
-                Some(t) if t > at_s && retunes > 0 => {
-                    format!("re-converged {:.1} s after the change", t - at_s)
-                }
-                _ => format!("did not re-converge after the change (retunes: {retunes})"),
-            };
-            println!("    {note}");
-            let _ = std::fs::write(rec.dir.join(format!("change-{label}.txt")), note + "\n");
-        }
+    if let Some(r) = rec.push(&format!("change: {change}"), spec, r)
+        && let Some(rep) = &r.report
+    {
+        let label = change.replace(' ', "-");
+        let stem = rec.dir.join(format!("change-{label}-{}", spec.label()).to_lowercase());
+        let _ = crate::plot::write(
+            &timeline_chart(&format!("auto across a change ({change} at {at_s} s)"), rep, None, Some(at_s)),
+            &stem,
+        );
+        // Re-convergence: the last convergence after the change.
+        let conv = rep["tuning"]["converged_at_interval"]
+            .as_u64()
+            .and_then(|i| rep["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64());
+        let retunes = rep["tuning"]["retunes"].as_u64().unwrap_or(0);
+        let note = match conv {
+            Some(t) if t > at_s && retunes > 0 => {
+                format!("re-converged {:.1} s after the change", t - at_s)
+            }
+            _ => format!("did not re-converge after the change (retunes: {retunes})"),
+        };
+        println!("    {note}");
+        let _ = std::fs::write(rec.dir.join(format!("change-{label}.txt")), note + "\n");
     }
     Ok(())
 }

@@ -416,10 +416,10 @@ pub async fn copy(
             }
         }
     }
-    if opts.flush {
-        if let Err(e) = dst.flush().await {
-            return Err(fail(e, &frontier, &progress));
-        }
+    if opts.flush
+        && let Err(e) = dst.flush().await
+    {
+        return Err(fail(e, &frontier, &progress));
     }
     Ok(CopyOutcome {
         complete: frontier.contiguous == size,

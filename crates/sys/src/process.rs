@@ -79,6 +79,24 @@ pub fn proc_cpu_time(pid: u32) -> io::Result<std::time::Duration> {
     Ok(std::time::Duration::from_secs_f64(ticks as f64 / clock_ticks_per_sec() as f64))
 }
 
+/// Makes the child started by `cmd` receive SIGTERM when the thread that
+/// spawned it exits (`PR_SET_PDEATHSIG`), so helpers such as a benchmark's
+/// target never outlive a killed parent.
+pub fn terminate_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls prctl(2), which is async-signal-safe, with plain integer
+    // arguments; it allocates nothing and touches no parent state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,23 +115,5 @@ mod tests {
         assert!(proc <= u + s + std::time::Duration::from_millis(50), "{proc:?} vs {:?}", u + s);
         assert!(proc_cpu_time(0).is_err());
         assert!(clock_ticks_per_sec() >= 1);
-    }
-}
-
-/// Makes the child started by `cmd` receive SIGTERM when the thread that
-/// spawned it exits (`PR_SET_PDEATHSIG`), so helpers such as a benchmark's
-/// target never outlive a killed parent.
-pub fn terminate_with_parent(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // calls prctl(2), which is async-signal-safe, with plain integer
-    // arguments; it allocates nothing and touches no parent state.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
