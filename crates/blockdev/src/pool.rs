@@ -155,8 +155,14 @@ struct Running {
 
 /// How often an idle worker looks for stragglers while the queue is empty.
 const HEDGE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-/// A request is a straggler after max(this, 4 x the mean completion time).
+/// A request is a straggler after 4 x the mean completion time, clamped to
+/// [HEDGE_MIN, HEDGE_MAX]. The cap matters at the end of a copy: the mean
+/// then includes queueing behind each session's own requests, and the last
+/// requests of a starved connection could otherwise hold the copy for many
+/// seconds while the other sessions sit idle (hedging only runs on idle
+/// sessions, so duplicates cost bandwidth nobody else is using).
 const HEDGE_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+const HEDGE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -625,7 +631,7 @@ impl Shared {
     /// hedged and returned as a job to duplicate.
     fn straggler(&self, mine: usize) -> Option<Job> {
         let mean = std::time::Duration::from_micros(self.mean_us.load(Ordering::Relaxed));
-        let limit = HEDGE_MIN.max(mean * 4);
+        let limit = (mean * 4).clamp(HEDGE_MIN, HEDGE_MAX);
         let now = std::time::Instant::now();
         let mut running = lock(&self.running);
         let r = running
