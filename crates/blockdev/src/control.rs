@@ -21,9 +21,9 @@
 //!
 //! The interval is either fixed (`--interval 2s`) or chosen from the path
 //! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
-//! active session (RTT from `TCP_INFO`) and long enough for every session to
-//! complete several requests; a sample taken right after N changed is a
-//! short warm-up the tuner discards.
+//! active session (RTT from `TCP_INFO`); a sample taken right after N
+//! changed is a warm-up the tuner discards, as long as slow start needs to
+//! reach the largest window any session has (cwnd x MSS or rcv_space).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -166,6 +166,20 @@ impl TransportMeter {
     }
 }
 
+/// The largest per-connection window seen on any session, in bytes: the
+/// sender's congestion window (cwnd x MSS, where we send) or the receive
+/// window target (rcv_space, where we receive). New sessions need about
+/// log2(window / initial window) round trips of slow start to reach it.
+fn max_window_bytes(pools: &[Arc<Pool>]) -> Option<u64> {
+    pools
+        .iter()
+        .flat_map(|p| p.session_tcp_info())
+        .flat_map(|(_, _, infos)| infos)
+        .map(|i| (u64::from(i.snd_cwnd) * u64::from(i.snd_mss)).max(u64::from(i.rcv_space)))
+        .max()
+        .filter(|w| *w > 0)
+}
+
 /// Largest smoothed RTT, in seconds, among the active sessions of `pools`.
 fn max_rtt_s(pools: &[Arc<Pool>]) -> f64 {
     pools
@@ -223,7 +237,7 @@ pub async fn run(
                 goodput_bytes_per_s: last_goodput,
                 sessions: n,
                 request_bytes,
-                window_bytes: None,
+                window_bytes: max_window_bytes(&pools),
                 warmup,
             })),
         };

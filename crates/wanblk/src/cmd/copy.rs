@@ -127,10 +127,12 @@ pub(crate) struct Args {
 
     /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
     /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
-    /// smoothed RTT of the active sessions from TCP_INFO. The first interval after N changes is a warm-up (new
-    /// sessions in slow start, pipelines filling) and is discarded. Goodput
-    /// is counted from the bytes TCP delivered or had acknowledged on every
-    /// session (from completed requests over Unix sockets).
+    /// smoothed RTT of the active sessions from TCP_INFO. The interval after
+    /// N changes is a warm-up, discarded: new sessions are in slow start, so
+    /// it lasts RTT x (1 + log2(W / 14600)) for the largest window W any
+    /// session has reached. Goodput is counted from the bytes TCP delivered
+    /// or had acknowledged on every session (from completed requests over
+    /// Unix sockets).
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
     interval: IntervalArg,
 
