@@ -537,6 +537,10 @@ fn grid_chart(
     }
 }
 
+/// One path of a grid: the path, the fixed N values, the nbdcopy
+/// (connections, threads) sweep and the iperf3 flow counts.
+type PathPlan<'a> = (PathSpec, &'a [u32], &'a [(u32, u32)], &'a [u32]);
+
 /// Runs the suite.
 ///
 /// # Errors
@@ -566,61 +570,49 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
             let fixed = [1, 2, 4, 8, 16, 32, 64, 128];
             let sweep = [(1, 1), (4, 4), (8, 8), (16, 16), (32, 32), (64, 64)];
             path_experiments(&mut rec, exe, &main, opts, &fixed, &both, &sweep, &[1, 2, 4, 8, 16, 32], true)?;
+            // Seed 000 Fig 11 (900 Mbit/s, one-way delay 10..100 ms) and Fig 10
+            // (10 ms one way, 200..1000 Mbit/s), with distribution-default and
+            // the seeds' 512 KB socket buffers; then random loss with cubic
+            // and bbr on the main path. (paths, fixed N, nbdcopy sweep, iperf3 flows)
+            let mut grid: Vec<PathPlan<'_>> = Vec::new();
             for buffers in [SysctlProfile::Default, SysctlProfile::Capped(512 << 10)] {
-                // Seed 000 Fig 11: 900 Mbit/s, one-way delay 10..100 ms.
                 for delay in [10.0, 20.0, 50.0, 100.0] {
-                    let spec = PathSpec { sysctl: buffers, ..PathSpec::new(900, delay) };
-                    let r = path_experiments(
-                        &mut rec,
-                        exe,
-                        &spec,
-                        opts,
+                    grid.push((
+                        PathSpec { sysctl: buffers, ..PathSpec::new(900, delay) },
                         &fixed,
-                        &[Direction::Restore],
                         &sweep[1..4],
                         &[1, 8],
-                        false,
-                    );
-                    if let Err(e) = r {
-                        rec.failures.push(format!("{}: {e:#}", spec.label()));
-                    }
+                    ));
                 }
-                // Seed 000 Fig 10: 10 ms one way, 200..1000 Mbit/s.
                 for rate in [200, 400, 600, 800, 1000] {
-                    let spec = PathSpec { sysctl: buffers, ..PathSpec::new(rate, 10.0) };
-                    let r = path_experiments(
-                        &mut rec,
-                        exe,
-                        &spec,
-                        opts,
+                    grid.push((
+                        PathSpec { sysctl: buffers, ..PathSpec::new(rate, 10.0) },
                         &fixed,
-                        &[Direction::Restore],
                         &sweep[1..4],
                         &[1, 8],
-                        false,
-                    );
-                    if let Err(e) = r {
-                        rec.failures.push(format!("{}: {e:#}", spec.label()));
-                    }
+                    ));
                 }
             }
             for cc in ["cubic", "bbr"] {
                 for loss in [0.0001, 0.001] {
                     let spec = PathSpec { loss, congestion: cc.into(), ..PathSpec::new(1000, 50.0) };
-                    let r = path_experiments(
-                        &mut rec,
-                        exe,
-                        &spec,
-                        opts,
-                        &[1, 8, 32],
-                        &[Direction::Restore],
-                        &[],
-                        &[8],
-                        false,
-                    );
-                    if let Err(e) = r {
-                        rec.failures.push(format!("{}: {e:#}", spec.label()));
-                    }
+                    grid.push((spec, &[1, 8, 32], &[], &[8]));
+                }
+            }
+            for (spec, fixed, sweep, flows) in grid {
+                let r = path_experiments(
+                    &mut rec,
+                    exe,
+                    &spec,
+                    opts,
+                    fixed,
+                    &[Direction::Restore],
+                    sweep,
+                    flows,
+                    false,
+                );
+                if let Err(e) = r {
+                    rec.failures.push(format!("{}: {e:#}", spec.label()));
                 }
             }
             change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 50.0)?;
