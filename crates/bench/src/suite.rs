@@ -560,7 +560,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 opts,
                 &[1, 2, 4, 8, 16, 32],
                 &both,
-                &[(4, 4), (8, 8), (16, 16), (32, 32)],
+                &[(4, 4), (8, 8), (16, 16)],
                 &[1, 8],
                 true,
             )?;

@@ -32,7 +32,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 10.0)]
     fixed_secs: f64,
     /// Seconds of line rate each whole-image run (auto, nbdcopy) copies.
-    #[arg(long, default_value_t = 12.0)]
+    #[arg(long, default_value_t = 24.0)]
     image_secs: f64,
 }
 
