@@ -126,13 +126,21 @@ fn connector(loc: &Location, opts: &NetOptions) -> anyhow::Result<Arc<dyn Connec
     match loc {
         Location::Nbd(uri) => crate::drivers::nbd_connector(uri, opts),
         Location::Iscsi(uri) => crate::drivers::iscsi_connector(uri, opts),
-        _ => bail!("not a network location"),
+        _ => bail!("{loc:?} is not a network store (nbd://, nbd+unix:// or iscsi://)"),
     }
 }
 
-async fn open_network(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
+/// Opens a network store as a session pool.
+///
+/// # Errors
+/// Not a network location, or the first session fails.
+pub(crate) async fn open_pool(loc: &Location, opts: &NetOptions) -> anyhow::Result<Arc<Pool>> {
     let c = connector(loc, opts)?;
-    let pool = Arc::new(Pool::open(c, opts.pool).await?);
+    Ok(Arc::new(Pool::open(c, opts.pool).await?))
+}
+
+async fn open_network(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
+    let pool = open_pool(loc, opts).await?;
     let notes = pool.notes();
     Ok(Opened { endpoint: pool.clone(), pool: Some(pool), part: None, known_zero: false, notes })
 }

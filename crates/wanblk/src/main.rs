@@ -32,6 +32,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Serve a memory- or file-backed export over NBD (the embedded target).
     Target(cmd::target::Args),
+    /// Serve a remote store to local NBD clients through N tuned sessions (the block device front end).
+    Serve(cmd::serve::Args),
     /// Run the long-fat-network emulator (network namespaces + NFQUEUE).
     #[command(subcommand)]
     Netem(cmd::netem::Command),
@@ -48,6 +50,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Target(a) => cmd::target::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Netem(c) => cmd::netem::run(c),
     };
     match result {

@@ -7,85 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use wanblk_apt::{IntervalPolicy, TunerConfig};
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::control::{self, ControlConfig, ControlState, IntervalChoice};
-use wanblk_blockdev::pool::{Hedge, PoolConfig};
+use wanblk_blockdev::control::{self, ControlState};
+use wanblk_blockdev::pool::Hedge;
 use wanblk_copy::{CopyOptions, Progress, Report, Sample};
 
-use crate::location::{Location, NetOptions, open_destination, open_source};
+use crate::cmd::session::SessionArgs;
+use crate::location::{Location, open_destination, open_source};
 use crate::units::parse_size;
-
-/// How many sessions to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Connections {
-    /// Exactly this many.
-    Fixed(usize),
-    /// Tuned while copying.
-    Auto,
-}
-
-fn parse_connections(s: &str) -> Result<Connections, String> {
-    if s.eq_ignore_ascii_case("auto") {
-        return Ok(Connections::Auto);
-    }
-    match s.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(Connections::Fixed(n)),
-        _ => Err(format!("expected a number of connections >= 1 or `auto`, got {s:?}")),
-    }
-}
-
-/// The `--interval` argument.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum IntervalArg {
-    /// Chosen from the path.
-    Auto,
-    /// Fixed.
-    Every(Duration),
-}
-
-fn parse_interval(s: &str) -> Result<IntervalArg, String> {
-    if s.eq_ignore_ascii_case("auto") {
-        return Ok(IntervalArg::Auto);
-    }
-    let (num, scale) = if let Some(ms) = s.strip_suffix("ms") {
-        (ms, 1e-3)
-    } else if let Some(sec) = s.strip_suffix('s') {
-        (sec, 1.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => {
-            Ok(IntervalArg::Every(Duration::from_secs_f64(v * scale)))
-        }
-        _ => Err(format!("expected an interval such as 500ms, 2s or `auto`, got {s:?}")),
-    }
-}
-
-fn parse_request_size(s: &str) -> Result<u32, String> {
-    let v = parse_size(s)?;
-    if v == 0 || v > 256 << 20 {
-        return Err(format!("request size must be between 1 byte and 256M, got {s:?}"));
-    }
-    Ok(v as u32)
-}
-
-fn parse_param(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
-}
-
-/// iSCSI parallelism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum IscsiMode {
-    /// One session per parallel connection (works with any target).
-    Sessions,
-    /// Several connections inside one session (MC/S; the target must allow it).
-    Mcs,
-}
 
 /// Copy a disk or image between any two locations.
 ///
@@ -110,44 +39,8 @@ pub(crate) struct Args {
     /// Where to write to.
     dst: String,
 
-    /// Parallel sessions per network store: a number, or `auto` to tune N
-    /// while copying (bracket search then golden-section search on measured
-    /// goodput, seed 000 section 4.4, with re-tuning when the path changes).
-    #[arg(short = 'C', long, default_value = "auto", value_parser = parse_connections)]
-    connections: Connections,
-
-    /// Upper bound on sessions with `--connections auto` (the store's own
-    /// limit also applies).
-    #[arg(long, default_value_t = 64)]
-    max_connections: usize,
-
-    /// First N tried by `--connections auto` (seed 000's Table 1 uses 4).
-    #[arg(long, default_value_t = 4)]
-    initial_connections: usize,
-
-    /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
-    /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
-    /// smoothed RTT of the active sessions from TCP_INFO. The interval after
-    /// N changes is a warm-up, discarded: new sessions are in slow start, so
-    /// it lasts RTT x (1 + log2(W / 14600)) for the largest window W any
-    /// session has reached. Goodput is counted from the bytes TCP delivered
-    /// or had acknowledged on every session (from completed requests over
-    /// Unix sockets).
-    #[arg(long, default_value = "auto", value_parser = parse_interval)]
-    interval: IntervalArg,
-
-    /// Reproduce the paper's tuner exactly (strict comparisons, one sample
-    /// per point, no warm-up discard, no re-tuning).
-    #[arg(long)]
-    paper_tuner: bool,
-
-    /// Requests in flight per session.
-    #[arg(short = 'R', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    requests: u32,
-
-    /// Bytes per request (K, M, G suffixes).
-    #[arg(long, default_value = "4M", value_parser = parse_request_size)]
-    request_size: u32,
+    #[command(flatten)]
+    session: SessionArgs,
 
     /// Copy only the first SIZE bytes of the source (K, M, G suffixes).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -192,22 +85,6 @@ pub(crate) struct Args {
     /// Do not show a progress bar (it only shows on a terminal anyway).
     #[arg(long)]
     no_progress: bool,
-
-    /// TCP congestion control for our connections (e.g. cubic, bbr).
-    #[arg(long)]
-    congestion: Option<String>,
-
-    /// Do not ask NBD servers for structured replies.
-    #[arg(long)]
-    no_structured_replies: bool,
-
-    /// iSCSI parallelism: separate sessions, or connections within one session.
-    #[arg(long, value_enum, default_value = "sessions")]
-    iscsi_mode: IscsiMode,
-
-    /// Override an iSCSI login key (repeatable), e.g. MaxBurstLength=1048576.
-    #[arg(long = "iscsi-param", value_name = "KEY=VALUE", value_parser = parse_param)]
-    iscsi_params: Vec<(String, String)>,
 }
 
 /// Runs `wanblk copy`.
@@ -219,30 +96,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn copy(args: Args) -> anyhow::Result<()> {
     let src_loc = Location::parse(&args.src).context("source")?;
     let dst_loc = Location::parse(&args.dst).context("destination")?;
-    let initial = match args.connections {
-        Connections::Fixed(n) => n,
-        Connections::Auto => args.initial_connections.max(1),
-    };
-    let max_sessions = match args.connections {
-        Connections::Fixed(n) => n,
-        Connections::Auto => args.max_connections.max(1),
-    };
-    let net = NetOptions {
-        pool: PoolConfig {
-            initial_sessions: initial,
-            max_sessions,
-            depth: args.requests as usize,
-            request_size: args.request_size,
-            // A copy writes every range exactly once, so a straggling write
-            // may be duplicated on an idle session as safely as a read.
-            hedge: Hedge::ReadsAndWrites,
-            ..PoolConfig::default()
-        },
-        congestion: args.congestion.clone(),
-        structured_replies: !args.no_structured_replies,
-        iscsi_mcs: args.iscsi_mode == IscsiMode::Mcs,
-        iscsi_params: args.iscsi_params.clone(),
-    };
+    // A copy writes every range exactly once, so a straggling write may be
+    // duplicated on an idle session as safely as a read.
+    let net = args.session.net_options(Hedge::ReadsAndWrites);
     let started = Instant::now();
     let cpu_start = wanblk_sys::process::self_cpu_time().unwrap_or_default();
     let src = open_source(&src_loc, &net).await?;
@@ -253,7 +109,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         eprintln!("wanblk: note: {n}");
     }
     let pools: Vec<_> = [&src.pool, &dst.pool].into_iter().flatten().cloned().collect();
-    if pools.is_empty() && args.connections == Connections::Auto {
+    if pools.is_empty() && args.session.is_auto() {
         tracing::info!("no network store: nothing to tune");
     }
 
@@ -261,22 +117,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     progress.total.store(size, Ordering::Relaxed);
     let state = Arc::new(ControlState::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let control_cfg = ControlConfig {
-        tuner: (args.connections == Connections::Auto && !pools.is_empty()).then(|| {
-            let base = if args.paper_tuner { TunerConfig::paper() } else { TunerConfig::default() };
-            TunerConfig { n0: initial, n_max: max_sessions, ..base }
-        }),
-        interval: match args.interval {
-            IntervalArg::Every(d) => IntervalChoice::Fixed(d),
-            // Goodput comes from TCP byte counters (see wanblk_blockdev::control),
-            // so an interval needs round trips, not many whole requests.
-            IntervalArg::Auto => IntervalChoice::Auto(IntervalPolicy {
-                requests_per_session: 0.0,
-                min_interval_s: 0.25,
-                ..IntervalPolicy::default()
-            }),
-        },
-    };
+    let control_cfg = args.session.control_config(!pools.is_empty());
     let controller = {
         let (pools, progress, state) = (pools.clone(), Arc::clone(&progress), Arc::clone(&state));
         tokio::spawn(async move {
@@ -294,11 +135,12 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     };
     let slots = {
         let pools = pools.clone();
-        move || pools.iter().map(|p| p.slots()).max().unwrap_or(args.requests as usize * 2)
+        let depth = net.pool.depth;
+        move || pools.iter().map(|p| p.slots()).max().unwrap_or(depth * 2)
     };
     // Pieces match what one request carries after the pools fitted the
     // request size to the servers' block sizes, so a piece is never split.
-    let request_size = pools.iter().map(|p| p.request_size()).min().unwrap_or(args.request_size);
+    let request_size = pools.iter().map(|p| p.request_size()).min().unwrap_or(net.pool.request_size);
     let opts = CopyOptions {
         request_size,
         verify: args.verify,
@@ -377,7 +219,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
         connections: state.current_n().max(1),
-        requests: args.requests as usize,
+        requests: net.pool.depth,
         request_size,
         samples,
         sha256: None,

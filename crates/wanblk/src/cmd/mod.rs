@@ -4,4 +4,6 @@ pub(crate) mod bench;
 pub(crate) mod copy;
 pub(crate) mod demo;
 pub(crate) mod netem;
+pub(crate) mod serve;
+pub(crate) mod session;
 pub(crate) mod target;

@@ -45,6 +45,21 @@ pub(crate) struct Args {
     /// Create --file with this size first (sparse); refuses to overwrite an existing file.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "file")]
     create: Option<u64>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Refuse structured replies (clients then get simple replies and no block status).
+    #[arg(long)]
+    no_structured_replies: bool,
+    /// TCP congestion control for client connections (e.g. cubic, bbr,
+    /// reno); the system default otherwise.
+    #[arg(long)]
+    congestion: Option<String>,
+}
+
+/// How and where to serve an export over NBD (shared by `wanblk target`
+/// and `wanblk serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServeArgs {
     /// TCP address to listen on (port 0 picks a free port). Default 127.0.0.1:10809
     /// unless only --socket is given.
     #[arg(long, value_name = "ADDR")]
@@ -61,19 +76,12 @@ pub(crate) struct Args {
     /// Refuse writes, trims and zeroing.
     #[arg(long)]
     read_only: bool,
-    /// Refuse structured replies (clients then get simple replies and no block status).
-    #[arg(long)]
-    no_structured_replies: bool,
     /// Send zero runs of reads as holes (structured replies only).
     #[arg(long)]
     sparse_reads: bool,
     /// Requests served concurrently per connection.
     #[arg(long, default_value_t = 64)]
     max_in_flight: usize,
-    /// TCP congestion control for client connections (e.g. cubic, bbr,
-    /// reno); the system default otherwise.
-    #[arg(long)]
-    congestion: Option<String>,
     /// Write the process id to this file once listening (removed on exit).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
@@ -98,7 +106,7 @@ fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Endpoint>> {
             }
             drop(FileEndpoint::create(path, size)?);
         }
-        return Ok(Arc::new(FileEndpoint::open(path, !args.read_only)?));
+        return Ok(Arc::new(FileEndpoint::open(path, !args.serve.read_only)?));
     }
     let size = args.size.unwrap_or(1 << 30);
     if size == 0 {
@@ -114,20 +122,30 @@ fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Endpoint>> {
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let backend = open_backend(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(serve(args, backend))
+    rt.block_on(serve(&args.serve, !args.no_structured_replies, args.congestion.clone(), backend))
 }
 
-async fn serve(args: Args, backend: Arc<dyn Endpoint>) -> anyhow::Result<()> {
+/// Serves `backend` as described by `args` until SIGINT or SIGTERM,
+/// printing each URI on stdout as soon as it listens.
+///
+/// # Errors
+/// Cannot listen, or a listener fails.
+pub(crate) async fn serve(
+    args: &ServeArgs,
+    structured_replies: bool,
+    congestion: Option<String>,
+    backend: Arc<dyn Endpoint>,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
 
     let opts = ServeOptions {
         export_name: args.export.clone(),
         description: args.description.clone(),
         read_only: args.read_only,
-        structured_replies: !args.no_structured_replies,
+        structured_replies,
         sparse_reads: args.sparse_reads,
         max_in_flight: args.max_in_flight.max(1),
-        congestion: args.congestion.clone(),
+        congestion,
         ..Default::default()
     };
     let server = NbdServer::new(backend, opts);

@@ -1,0 +1,193 @@
+//! Options shared by every command that talks to a network store over
+//! parallel sessions (`wanblk copy`, `wanblk serve`): how many sessions,
+//! tuning, request shape, TCP and protocol knobs.
+
+use std::time::Duration;
+
+use wanblk_apt::{IntervalPolicy, TunerConfig};
+use wanblk_blockdev::control::{ControlConfig, IntervalChoice};
+use wanblk_blockdev::pool::{Hedge, PoolConfig};
+
+use crate::location::NetOptions;
+use crate::units::parse_size;
+
+/// How many sessions to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Connections {
+    /// Exactly this many.
+    Fixed(usize),
+    /// Tuned while copying.
+    Auto,
+}
+
+fn parse_connections(s: &str) -> Result<Connections, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(Connections::Auto);
+    }
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(Connections::Fixed(n)),
+        _ => Err(format!("expected a number of connections >= 1 or `auto`, got {s:?}")),
+    }
+}
+
+/// The `--interval` argument.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum IntervalArg {
+    /// Chosen from the path.
+    Auto,
+    /// Fixed.
+    Every(Duration),
+}
+
+fn parse_interval(s: &str) -> Result<IntervalArg, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(IntervalArg::Auto);
+    }
+    let (num, scale) = if let Some(ms) = s.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else if let Some(sec) = s.strip_suffix('s') {
+        (sec, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3600.0 => {
+            Ok(IntervalArg::Every(Duration::from_secs_f64(v * scale)))
+        }
+        _ => Err(format!("expected an interval such as 500ms, 2s or `auto`, got {s:?}")),
+    }
+}
+
+fn parse_request_size(s: &str) -> Result<u32, String> {
+    let v = parse_size(s)?;
+    if v == 0 || v > 256 << 20 {
+        return Err(format!("request size must be between 1 byte and 256M, got {s:?}"));
+    }
+    Ok(v as u32)
+}
+
+fn parse_param(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+/// iSCSI parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum IscsiMode {
+    /// One session per parallel connection (works with any target).
+    Sessions,
+    /// Several connections inside one session (MC/S; the target must allow it).
+    Mcs,
+}
+
+/// Session and tuning options (flattened into commands).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SessionArgs {
+    /// Parallel sessions per network store: a number, or `auto` to tune N
+    /// while copying (bracket search then golden-section search on measured
+    /// goodput, seed 000 section 4.4, with re-tuning when the path changes).
+    #[arg(short = 'C', long, default_value = "auto", value_parser = parse_connections)]
+    pub(crate) connections: Connections,
+
+    /// Upper bound on sessions with `--connections auto` (the store's own
+    /// limit also applies).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_connections: usize,
+
+    /// First N tried by `--connections auto` (seed 000's Table 1 uses 4).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) initial_connections: usize,
+
+    /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
+    /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
+    /// smoothed RTT of the active sessions from TCP_INFO. The interval after
+    /// N changes is a warm-up, discarded: new sessions are in slow start, so
+    /// it lasts RTT x (1 + log2(W / 14600)) for the largest window W any
+    /// session has reached. Goodput is counted from the bytes TCP delivered
+    /// or had acknowledged on every session (from completed requests over
+    /// Unix sockets).
+    #[arg(long, default_value = "auto", value_parser = parse_interval)]
+    pub(crate) interval: IntervalArg,
+
+    /// Reproduce the paper's tuner exactly (strict comparisons, one sample
+    /// per point, no warm-up discard, no re-tuning).
+    #[arg(long)]
+    pub(crate) paper_tuner: bool,
+
+    /// Requests in flight per session.
+    #[arg(short = 'R', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) requests: u32,
+
+    /// Bytes per request (K, M, G suffixes).
+    #[arg(long, default_value = "4M", value_parser = parse_request_size)]
+    pub(crate) request_size: u32,
+
+    /// TCP congestion control for our connections (e.g. cubic, bbr).
+    #[arg(long)]
+    pub(crate) congestion: Option<String>,
+
+    /// Do not ask NBD servers for structured replies.
+    #[arg(long)]
+    pub(crate) no_structured_replies: bool,
+
+    /// iSCSI parallelism: separate sessions, or connections within one session.
+    #[arg(long, value_enum, default_value = "sessions")]
+    pub(crate) iscsi_mode: IscsiMode,
+
+    /// Override an iSCSI login key (repeatable), e.g. MaxBurstLength=1048576.
+    #[arg(long = "iscsi-param", value_name = "KEY=VALUE", value_parser = parse_param)]
+    pub(crate) iscsi_params: Vec<(String, String)>,
+}
+
+impl SessionArgs {
+    /// `--connections auto`.
+    pub(crate) fn is_auto(&self) -> bool {
+        self.connections == Connections::Auto
+    }
+
+    /// How to open network stores, with the given hedging policy.
+    pub(crate) fn net_options(&self, hedge: Hedge) -> NetOptions {
+        let (initial, max_sessions) = match self.connections {
+            Connections::Fixed(n) => (n, n),
+            Connections::Auto => (self.initial_connections.max(1), self.max_connections.max(1)),
+        };
+        NetOptions {
+            pool: PoolConfig {
+                initial_sessions: initial,
+                max_sessions,
+                depth: self.requests as usize,
+                request_size: self.request_size,
+                hedge,
+                ..PoolConfig::default()
+            },
+            congestion: self.congestion.clone(),
+            structured_replies: !self.no_structured_replies,
+            iscsi_mcs: self.iscsi_mode == IscsiMode::Mcs,
+            iscsi_params: self.iscsi_params.clone(),
+        }
+    }
+
+    /// The monitoring loop's configuration; a tuner only with `auto` and
+    /// something to tune.
+    pub(crate) fn control_config(&self, has_pools: bool) -> ControlConfig {
+        let net = self.net_options(Hedge::Off);
+        ControlConfig {
+            tuner: (self.is_auto() && has_pools).then(|| {
+                let base = if self.paper_tuner { TunerConfig::paper() } else { TunerConfig::default() };
+                TunerConfig { n0: net.pool.initial_sessions, n_max: net.pool.max_sessions, ..base }
+            }),
+            interval: match self.interval {
+                IntervalArg::Every(d) => IntervalChoice::Fixed(d),
+                // Goodput comes from TCP byte counters (see wanblk_blockdev::control),
+                // so an interval needs round trips, not many whole requests.
+                IntervalArg::Auto => IntervalChoice::Auto(IntervalPolicy {
+                    requests_per_session: 0.0,
+                    min_interval_s: 0.25,
+                    ..IntervalPolicy::default()
+                }),
+            },
+        }
+    }
+}
