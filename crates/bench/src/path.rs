@@ -112,6 +112,24 @@ impl std::fmt::Debug for BenchPath {
     }
 }
 
+/// A short label for a wanblk run: its flags without file names and sizes.
+fn wanblk_label(extra: &[&str]) -> String {
+    let mut out = vec!["wanblk"];
+    let mut skip = false;
+    for a in extra {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if matches!(*a, "--tcp-log" | "--length" | "--stop-after") {
+            skip = true;
+            continue;
+        }
+        out.push(a);
+    }
+    out.join(" ")
+}
+
 /// Starts `exe target` serving `size` bytes of a random fill (writes
 /// dropped) on `port` in the server namespace; returns it and its URI.
 fn spawn_target(
@@ -230,21 +248,22 @@ impl BenchPath {
         &mut self.scenario
     }
 
-    fn server_cpu(&self) -> Option<Duration> {
-        wanblk_sys::process::proc_cpu_time(self.target.id()).ok()
-    }
-
     /// Runs `cmd` in the client namespace and measures it: wall time, the
     /// client's CPU (the child and what it waited for, from rusage) and the
-    /// target's CPU (from /proc).
-    fn measured(&self, cmd: &mut Command) -> anyhow::Result<(std::process::Output, f64, f64, Option<f64>)> {
+    /// CPU of the target process `target_pid` (from /proc).
+    fn measured(
+        &self,
+        cmd: &mut Command,
+        target_pid: u32,
+    ) -> anyhow::Result<(std::process::Output, f64, f64, Option<f64>)> {
         let children =
             || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
+        let server = || wanblk_sys::process::proc_cpu_time(target_pid).ok();
         wanblk_sys::process::terminate_with_parent(cmd);
-        let (c0, s0, t0) = (children(), self.server_cpu(), Instant::now());
+        let (c0, s0, t0) = (children(), server(), Instant::now());
         let out = self.scenario.exec(Side::Client, cmd)?;
         let wall = t0.elapsed().as_secs_f64();
-        let (c1, s1) = (children(), self.server_cpu());
+        let (c1, s1) = (children(), server());
         Ok((out, wall, c1 - c0, s0.zip(s1).map(|(a, b)| b.saturating_sub(a).as_secs_f64())))
     }
 
@@ -306,7 +325,7 @@ impl BenchPath {
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
         c.args(["--congestion", &self.spec.congestion]);
-        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c)?;
+        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c, self.target.id())?;
         if !out.status.success() {
             bail!("wanblk copy {extra:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -319,7 +338,7 @@ impl BenchPath {
                 .and_then(|s| s["t_s"].as_f64())
         });
         Ok(Run {
-            tool: format!("wanblk {}", extra.join(" ")),
+            tool: wanblk_label(extra),
             direction,
             bytes: r["data_bytes"].as_u64().unwrap_or(0),
             seconds: r["seconds"].as_f64().unwrap_or(wall),
@@ -379,7 +398,8 @@ impl BenchPath {
                 c.arg(format!("nbd+unix:///?socket={}", sock.display())).arg(&uri);
             }
         }
-        let measured = self.measured(&mut c);
+        let pid = self.sized.iter().find(|(s, _, _)| *s == size).map_or(0, |(_, child, _)| child.id());
+        let measured = self.measured(&mut c, pid);
         if let Some(mut k) = source {
             stop(&mut k);
         }
