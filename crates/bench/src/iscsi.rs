@@ -231,7 +231,11 @@ impl IscsiPath {
                 .and_then(|v| v.parse().ok()),
             n: r["connections"].as_u64(),
             goodput_mbps: r["goodput_mbps"].as_f64().unwrap_or(0.0),
-            steady_mbps: steady_after(&r, converge_s.unwrap_or(0.3 * seconds)),
+            // After convergence; a copy that converged at its very end has
+            // no samples after it: then after the first 30 %.
+            steady_mbps: converge_s
+                .and_then(|c| steady_after(&r, c))
+                .or_else(|| steady_after(&r, 0.3 * seconds)),
             model_mbps: None,
             seconds,
             bytes,
@@ -636,7 +640,7 @@ same path{}.\n",
             "`--iscsi-mode sessions` opens one iSCSI session per connection; `--iscsi-mode mcs` opens \
 connections inside one session (target MaxConnections 64). Fixed N copies for a fixed time; \
 `-C auto` copies a fixed length. Goodput is the whole copy (start-up and tuning included); \
-steady is the mean after convergence (auto) or after the first 30 %.\n"
+steady is the mean after convergence (auto, when samples follow it) or after the first 30 %.\n"
         );
         for dir in [Direction::Restore, Direction::Backup] {
             let ceiling = rows
