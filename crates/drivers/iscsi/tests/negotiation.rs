@@ -21,7 +21,7 @@ async fn tgt_defaults_then_raised_then_overridden() {
     assert!(p.immediate_data);
     assert_eq!((p.first_burst, p.max_burst, p.max_outstanding_r2t), (65536, 262144, 1));
     assert_eq!(p.max_send_data_segment, 8192, "tgt's own MaxRecvDataSegmentLength");
-    assert_eq!(p.max_recv_data_segment, 16_777_215, "ours, declared");
+    assert_eq!(p.max_recv_data_segment, wanblk_iscsi_proto::keys::DEFAULT_RECV_SEGMENT, "ours, declared");
     // Writes larger than the first burst go through R2Ts.
     let d = pattern(4 << 20, 3);
     within(30, ep.write(0, d.clone(), false)).await.unwrap();
