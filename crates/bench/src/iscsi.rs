@@ -843,7 +843,10 @@ mod tests {
         }
         rows.push(row("modes", "sessions", "8", Some(4), Some(4 << 20), 800.0));
         rows.push(row("modes", "mcs", "auto", Some(4), Some(4 << 20), 700.0));
-        rows.push(row("segment", "sessions", "4", Some(4), Some(4 << 20), 330.0));
+        rows.push(Row {
+            data_segment: Some(16 << 20),
+            ..row("segment", "sessions", "4", Some(4), Some(4 << 20), 330.0)
+        });
         rows.push(Row {
             data_segment: Some(1 << 20),
             ..row("segment", "sessions", "4", Some(4), Some(4 << 20), 800.0)
@@ -856,7 +859,7 @@ mod tests {
         assert_eq!(c.series[0].points.len(), FIG9_SIZES.len());
         assert!(modes_chart(&rows, Direction::Restore).is_some());
         assert!(modes_chart(&rows, Direction::Backup).is_none());
-        assert!(t.contains("| 16777215 (default) | 330 |") && t.contains("| 1048576 | 800 |"), "{t}");
+        assert!(t.contains("| 16777216 | 330 |") && t.contains("| 1048576 | 800 |"), "{t}");
         assert_eq!(segment_chart(&rows).unwrap().series[0].points, vec![(1024.0, 800.0), (16384.0, 330.0)]);
     }
 }
