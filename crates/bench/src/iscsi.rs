@@ -689,8 +689,9 @@ steady is the mean after convergence (auto, when samples follow it) or after the
         let _ = writeln!(t, "\n## Data-In PDU size: restore over 4 sessions, 1 Gbit/s, 50 ms one way\n");
         let _ = writeln!(
             t,
-            "MaxRecvDataSegmentLength is the largest Data-In PDU the initiator accepts; wanblk declares \
-16 MiB - 1 by default. tgtd CPU % is its CPU time over the copy's wall time (100 = one core).\n"
+            "MaxRecvDataSegmentLength is the largest Data-In PDU the initiator accepts; wanblk declared \
+16 MiB - 1 until this experiment and 1 MiB since. tgtd CPU % is its CPU time over the copy's wall \
+time (100 = one core).\n"
         );
         let _ = writeln!(
             t,
