@@ -212,6 +212,7 @@ fn loopback(exe: &Path, opts: &DemoOptions) -> anyhow::Result<Vec<(String, Run)>
                 server_cpu_s: None,
                 connections: r["connections"].as_u64(),
                 converge_s: None,
+                steal_pct: None,
                 report: Some(r),
             },
         ));

@@ -86,6 +86,9 @@ pub struct Run {
     pub connections: Option<u64>,
     /// Seconds until the tuner converged, with `auto`.
     pub converge_s: Option<f64>,
+    /// Share of the host's CPU time stolen by the hypervisor during the run,
+    /// percent (`/proc/stat`): high values mark a run disturbed by other VMs.
+    pub steal_pct: Option<f64>,
     /// The wanblk report, for wanblk runs.
     #[serde(skip)]
     pub report: Option<serde_json::Value>,
@@ -159,6 +162,36 @@ fn spawn_target(
         bail!("the target did not print its URI (got {uri:?})");
     }
     Ok((target, uri))
+}
+
+/// What [`BenchPath::measured`] saw of one command.
+struct Measured {
+    out: std::process::Output,
+    /// Wall-clock seconds.
+    wall: f64,
+    /// Client CPU seconds.
+    client_cpu: f64,
+    /// Target CPU seconds, when its pid was known.
+    server_cpu: Option<f64>,
+    /// Hypervisor steal share, percent.
+    steal_pct: Option<f64>,
+}
+
+/// Measures the hypervisor's steal share of host CPU time between
+/// [`Steal::start`] and [`Steal::pct`].
+struct Steal(Option<(u64, u64)>);
+
+impl Steal {
+    fn start() -> Self {
+        Steal(wanblk_sys::process::host_cpu_ticks().ok())
+    }
+
+    fn pct(&self) -> Option<f64> {
+        let (a0, s0) = self.0?;
+        let (a1, s1) = wanblk_sys::process::host_cpu_ticks().ok()?;
+        let all = a1.checked_sub(a0).filter(|d| *d > 0)?;
+        Some(s1.saturating_sub(s0) as f64 * 100.0 / all as f64)
+    }
 }
 
 fn stop(child: &mut Child) {
@@ -251,20 +284,17 @@ impl BenchPath {
     /// Runs `cmd` in the client namespace and measures it: wall time, the
     /// client's CPU (the child and what it waited for, from rusage) and the
     /// CPU of the target process `target_pid` (from /proc).
-    fn measured(
-        &self,
-        cmd: &mut Command,
-        target_pid: u32,
-    ) -> anyhow::Result<(std::process::Output, f64, f64, Option<f64>)> {
+    fn measured(&self, cmd: &mut Command, target_pid: u32) -> anyhow::Result<Measured> {
         let children =
             || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
         let server = || wanblk_sys::process::proc_cpu_time(target_pid).ok();
         wanblk_sys::process::terminate_with_parent(cmd);
-        let (c0, s0, t0) = (children(), server(), Instant::now());
+        let (c0, s0, steal, t0) = (children(), server(), Steal::start(), Instant::now());
         let out = self.scenario.exec(Side::Client, cmd)?;
         let wall = t0.elapsed().as_secs_f64();
         let (c1, s1) = (children(), server());
-        Ok((out, wall, c1 - c0, s0.zip(s1).map(|(a, b)| b.saturating_sub(a).as_secs_f64())))
+        let server_cpu = s0.zip(s1).map(|(a, b)| b.saturating_sub(a).as_secs_f64());
+        Ok(Measured { out, wall, client_cpu: c1 - c0, server_cpu, steal_pct: steal.pct() })
     }
 
     /// iperf3 with `flows` parallel flows for `secs` seconds; `Restore`
@@ -286,7 +316,9 @@ impl BenchPath {
         if direction == Direction::Restore {
             c.arg("-R");
         }
+        let steal = Steal::start();
         let out = self.scenario.exec(Side::Client, &mut c)?;
+        let steal_pct = steal.pct();
         let _ = server.kill();
         let _ = server.wait();
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
@@ -305,6 +337,7 @@ impl BenchPath {
             server_cpu_s: None,
             connections: Some(u64::from(flows)),
             converge_s: None,
+            steal_pct,
             report: None,
         })
     }
@@ -325,7 +358,8 @@ impl BenchPath {
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
         c.args(["--congestion", &self.spec.congestion]);
-        let (out, wall, client_cpu, server_cpu) = self.measured(&mut c, self.target.id())?;
+        let Measured { out, wall, client_cpu, server_cpu, steal_pct } =
+            self.measured(&mut c, self.target.id())?;
         if !out.status.success() {
             bail!("wanblk copy {extra:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -347,6 +381,7 @@ impl BenchPath {
             server_cpu_s: server_cpu,
             connections: r["connections"].as_u64(),
             converge_s,
+            steal_pct,
             report: Some(r),
         })
     }
@@ -403,7 +438,7 @@ impl BenchPath {
         if let Some(mut k) = source {
             stop(&mut k);
         }
-        let (out, wall, client_cpu, server_cpu) = measured?;
+        let Measured { out, wall, client_cpu, server_cpu, steal_pct } = measured?;
         if !out.status.success() {
             bail!("{tool} failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -417,6 +452,7 @@ impl BenchPath {
             server_cpu_s: server_cpu,
             connections: conns.map(u64::from),
             converge_s: None,
+            steal_pct,
             report: None,
         })
     }

@@ -36,7 +36,17 @@ pub struct SuiteOptions {
     pub fixed_secs: f64,
     /// Seconds of line rate each whole-image run (auto, nbdcopy) copies.
     pub image_secs: f64,
+    /// Parts of the full profile to run (empty: all of [`FULL_PARTS`]).
+    pub parts: Vec<String>,
 }
+
+/// The parts of the full profile, in the order they run: the main path
+/// (1 Gbit/s, 50 ms, both directions, N up to 128), seed 000's Fig 11
+/// delay grid and Fig 10 bandwidth grid with distribution-default buffers
+/// and with the seeds' 512 KB (`-capped`), random loss with cubic and bbr,
+/// and two path changes mid-copy.
+pub const FULL_PARTS: [&str; 7] =
+    ["main", "delay", "delay-capped", "bandwidth", "bandwidth-capped", "loss", "change"];
 
 /// One row of `runs.csv`.
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +86,8 @@ pub struct Row {
     pub server_cpu_s_per_gbit: Option<f64>,
     /// Seconds to convergence (auto).
     pub converge_s: Option<f64>,
+    /// Hypervisor steal share of host CPU during the run, percent.
+    pub steal_pct: Option<f64>,
 }
 
 fn buffers_label(p: SysctlProfile) -> String {
@@ -126,6 +138,7 @@ fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
         client_cpu_s_per_gbit: per(r.client_cpu_s),
         server_cpu_s_per_gbit: per(r.server_cpu_s),
         converge_s: r.converge_s,
+        steal_pct: r.steal_pct,
     }
 }
 
@@ -167,13 +180,13 @@ impl Recorder {
     fn flush(&self) -> anyhow::Result<()> {
         let mut csv = String::from(
             "scenario,path,rate_mbps,delay_ms,buffers,cc,loss,direction,tool,n,goodput_mbps,steady_mbps,seconds,bytes,\
-client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s\n",
+client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s,steal_pct\n",
         );
         let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
         for r in &self.rows {
             let _ = writeln!(
                 csv,
-                "{},{},{},{},{},{},{},{:?},{},{},{:.1},{},{:.2},{},{},{},{}",
+                "{},{},{},{},{},{},{},{:?},{},{},{:.1},{},{:.2},{},{},{},{},{}",
                 r.scenario,
                 r.path,
                 r.rate_mbps,
@@ -190,7 +203,8 @@ client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s\n",
                 r.bytes,
                 o(r.client_cpu_s_per_gbit),
                 o(r.server_cpu_s_per_gbit),
-                o(r.converge_s)
+                o(r.converge_s),
+                r.steal_pct.map_or(String::new(), |v| format!("{v:.1}"))
             );
         }
         std::fs::write(self.dir.join("runs.csv"), csv)?;
@@ -199,8 +213,12 @@ client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s\n",
 }
 
 fn bytes_for(spec: &PathSpec, secs: f64) -> u64 {
-    let b = spec.rate_bps as f64 / 8.0 * secs;
-    // Whole MiB, at least 64 MiB.
+    bytes_for_mbps(spec.rate_bps as f64 / 1e6, secs)
+}
+
+/// Bytes `secs` seconds of `mbps` carry: whole MiB, at least 64 MiB.
+fn bytes_for_mbps(mbps: f64, secs: f64) -> u64 {
+    let b = mbps * 1e6 / 8.0 * secs;
     ((b as u64) >> 20).max(64) << 20
 }
 
@@ -299,7 +317,6 @@ fn path_experiments(
     tcp_log: bool,
 ) -> anyhow::Result<()> {
     println!("path {}", spec.label());
-    let image = bytes_for(spec, opts.image_secs);
     let mut path = BenchPath::start(spec, exe, 1 << 40)?;
     if path.congestion_per_socket() {
         println!(
@@ -313,6 +330,13 @@ fn path_experiments(
             ceiling = Some(ceiling.map_or(r.goodput_mbps, |c: f64| c.max(r.goodput_mbps)));
         }
     }
+    // Whole-image runs copy `image_secs` of the measured ceiling (of the
+    // rate if iperf3 failed), so a slow path does not make them last for
+    // many minutes and a fast one still runs long enough to tune.
+    let image = match ceiling {
+        Some(c) => bytes_for_mbps(c, opts.image_secs),
+        None => bytes_for(spec, opts.image_secs),
+    };
     let stop = format!("{}", opts.fixed_secs);
     for &dir in directions {
         for &n in fixed {
@@ -347,6 +371,20 @@ fn path_experiments(
         for &(c, t) in nbdcopy_sweep {
             rec.push("nbdcopy", spec, path.nbdcopy(dir, image, Some(c), Some(t)));
         }
+    }
+    // The ceiling once more at the end: a host that was busy (steal) during
+    // the first measurement would otherwise leave a ceiling that is too low.
+    if let Some(&f) = iperf_flows.last()
+        && let Some(r) = rec.push(
+            "ceiling",
+            spec,
+            path.iperf3(f, 8, Direction::Restore).map(|mut r| {
+                r.tool += " (end)";
+                r
+            }),
+        )
+    {
+        ceiling = Some(ceiling.map_or(r.goodput_mbps, |c: f64| c.max(r.goodput_mbps)));
     }
     // Goodput vs N for this path, with auto, nbdcopy and the ceiling.
     for &dir in directions {
@@ -457,15 +495,15 @@ fn tables(rows: &[Row]) -> String {
             let _ = writeln!(t, "\n### {p}, {dir:?}\n");
             let _ = writeln!(
                 t,
-                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged |"
+                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged | host steal % |"
             );
-            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for r in rs {
                 let ratio = |d: Option<f64>| d.map_or("-".into(), |d| format!("{:.2}", r.goodput_mbps / d));
                 let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
                 let _ = writeln!(
                     t,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
                     r.scenario,
                     r.tool,
                     r.n.map_or("-".into(), |n| n.to_string()),
@@ -476,6 +514,7 @@ fn tables(rows: &[Row]) -> String {
                     o(r.client_cpu_s_per_gbit, 2),
                     o(r.server_cpu_s_per_gbit, 2),
                     r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
+                    o(r.steal_pct, 0),
                 );
             }
         }
@@ -547,6 +586,13 @@ type PathPlan<'a> = (PathSpec, &'a [u32], &'a [(u32, u32)], &'a [u32]);
 /// Creating the output directory; individual failed runs are recorded and
 /// reported, not fatal.
 pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
+    for p in &opts.parts {
+        anyhow::ensure!(
+            FULL_PARTS.contains(&p.as_str()),
+            "unknown part `{p}` (parts: {})",
+            FULL_PARTS.join(", ")
+        );
+    }
     std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
     let mut rec = Recorder { dir: opts.out_dir.clone(), rows: Vec::new(), failures: Vec::new() };
     let both = [Direction::Restore, Direction::Backup];
@@ -567,16 +613,32 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
             change_experiment(&mut rec, exe, &main, "delay 200ms", 20.0, 45.0)?;
         }
         Level::Full => {
+            let part = |p: &str| opts.parts.is_empty() || opts.parts.iter().any(|x| x == p);
             let fixed = [1, 2, 4, 8, 16, 32, 64, 128];
             let sweep = [(1, 1), (4, 4), (8, 8), (16, 16), (32, 32), (64, 64)];
-            path_experiments(&mut rec, exe, &main, opts, &fixed, &both, &sweep, &[1, 2, 4, 8, 16, 32], true)?;
+            if part("main") {
+                path_experiments(
+                    &mut rec,
+                    exe,
+                    &main,
+                    opts,
+                    &fixed,
+                    &both,
+                    &sweep,
+                    &[1, 2, 4, 8, 16, 32],
+                    true,
+                )?;
+            }
             // Seed 000 Fig 11 (900 Mbit/s, one-way delay 10..100 ms) and Fig 10
             // (10 ms one way, 200..1000 Mbit/s), with distribution-default and
             // the seeds' 512 KB socket buffers; then random loss with cubic
             // and bbr on the main path. (paths, fixed N, nbdcopy sweep, iperf3 flows)
             let mut grid: Vec<PathPlan<'_>> = Vec::new();
-            for buffers in [SysctlProfile::Default, SysctlProfile::Capped(512 << 10)] {
-                for delay in [10.0, 20.0, 50.0, 100.0] {
+            for (buffers, suffix) in
+                [(SysctlProfile::Default, ""), (SysctlProfile::Capped(512 << 10), "-capped")]
+            {
+                for delay in [10.0, 20.0, 50.0, 100.0].into_iter().filter(|_| part(&format!("delay{suffix}")))
+                {
                     grid.push((
                         PathSpec { sysctl: buffers, ..PathSpec::new(900, delay) },
                         &fixed,
@@ -584,7 +646,9 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                         &[1, 8],
                     ));
                 }
-                for rate in [200, 400, 600, 800, 1000] {
+                for rate in
+                    [200, 400, 600, 800, 1000].into_iter().filter(|_| part(&format!("bandwidth{suffix}")))
+                {
                     grid.push((
                         PathSpec { sysctl: buffers, ..PathSpec::new(rate, 10.0) },
                         &fixed,
@@ -593,7 +657,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                     ));
                 }
             }
-            for cc in ["cubic", "bbr"] {
+            for cc in ["cubic", "bbr"].into_iter().filter(|_| part("loss")) {
                 for loss in [0.0001, 0.001] {
                     let spec = PathSpec { loss, congestion: cc.into(), ..PathSpec::new(1000, 50.0) };
                     grid.push((spec, &[1, 8, 32], &[], &[8]));
@@ -615,32 +679,39 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                     rec.failures.push(format!("{}: {e:#}", spec.label()));
                 }
             }
-            change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 50.0)?;
-            change_experiment(&mut rec, exe, &main, "rate 500mbit", 20.0, 40.0)?;
+            if part("change") {
+                change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 50.0)?;
+                change_experiment(&mut rec, exe, &main, "rate 500mbit", 20.0, 40.0)?;
+            }
             for buffers in ["default", "capped-512K"] {
                 let delay_rows: Vec<Row> = rec.rows.iter().filter(|r| r.rate_mbps == 900).cloned().collect();
-                let _ = crate::plot::write(
-                    &grid_chart(
-                        &delay_rows,
-                        "goodput vs one-way delay, 900 Mbit/s",
-                        |r| Some(r.delay_ms),
-                        "one-way delay (ms)",
-                        buffers,
-                    ),
-                    &rec.dir.join(format!("fig11-delay-{buffers}")),
-                );
+                let has = |rows: &[Row]| rows.iter().any(|r| r.buffers == buffers);
+                let _ = has(&delay_rows).then(|| {
+                    crate::plot::write(
+                        &grid_chart(
+                            &delay_rows,
+                            "goodput vs one-way delay, 900 Mbit/s",
+                            |r| Some(r.delay_ms),
+                            "one-way delay (ms)",
+                            buffers,
+                        ),
+                        &rec.dir.join(format!("fig11-delay-{buffers}")),
+                    )
+                });
                 let bw_rows: Vec<Row> =
                     rec.rows.iter().filter(|r| r.delay_ms == 10.0 && r.rate_mbps != 900).cloned().collect();
-                let _ = crate::plot::write(
-                    &grid_chart(
-                        &bw_rows,
-                        "goodput vs bandwidth, 10 ms one way",
-                        |r| Some(r.rate_mbps as f64),
-                        "bottleneck (Mbit/s)",
-                        buffers,
-                    ),
-                    &rec.dir.join(format!("fig10-bandwidth-{buffers}")),
-                );
+                let _ = has(&bw_rows).then(|| {
+                    crate::plot::write(
+                        &grid_chart(
+                            &bw_rows,
+                            "goodput vs bandwidth, 10 ms one way",
+                            |r| Some(r.rate_mbps as f64),
+                            "bottleneck (Mbit/s)",
+                            buffers,
+                        ),
+                        &rec.dir.join(format!("fig10-bandwidth-{buffers}")),
+                    )
+                });
             }
         }
     }

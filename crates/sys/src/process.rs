@@ -97,9 +97,43 @@ pub fn terminate_with_parent(cmd: &mut std::process::Command) {
     }
 }
 
+/// Host-wide CPU ticks from the first line of `/proc/stat`: (all ticks,
+/// steal ticks). Steal is time the hypervisor gave this VM's CPUs to
+/// someone else; benchmarks record its share so a noisy run shows as one.
+///
+/// # Errors
+/// `/proc/stat` unreadable or malformed.
+pub fn host_cpu_ticks() -> io::Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    parse_host_cpu_ticks(&stat).ok_or_else(|| io::Error::other("malformed /proc/stat"))
+}
+
+fn parse_host_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?;
+    let mut f = line.split_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user and nice, so stop at steal.
+    let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    (v.len() == 8).then(|| (v.iter().sum(), v[7]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_cpu_ticks_parse() {
+        let s = "cpu  10 1 5 100 2 0 3 7 4 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(parse_host_cpu_ticks(s), Some((128, 7)));
+        assert_eq!(parse_host_cpu_ticks("cpu 1 2 3\n"), None);
+        assert_eq!(parse_host_cpu_ticks("intr 1 2 3 4 5 6 7 8\n"), None);
+        assert_eq!(parse_host_cpu_ticks(""), None);
+        let (all, steal) = host_cpu_ticks().unwrap();
+        assert!(all > 0 && steal <= all);
+    }
 
     #[test]
     fn cpu_times_are_readable_and_consistent() {

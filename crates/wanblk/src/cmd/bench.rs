@@ -31,9 +31,15 @@ pub(crate) struct Args {
     /// Seconds each fixed-N run copies.
     #[arg(long, default_value_t = 10.0)]
     fixed_secs: f64,
-    /// Seconds of line rate each whole-image run (auto, nbdcopy) copies.
+    /// Seconds each whole-image run (auto, nbdcopy) copies at the path's
+    /// measured iperf3 ceiling (at line rate for `iscsi`).
     #[arg(long, default_value_t = 24.0)]
     image_secs: f64,
+    /// With `--profile full`: run only these parts (comma-separated) of
+    /// main, delay, delay-capped, bandwidth, bandwidth-capped, loss,
+    /// change [default: all].
+    #[arg(long, value_delimiter = ',')]
+    parts: Vec<String>,
 }
 
 /// Runs `wanblk bench`.
@@ -49,6 +55,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             },
         );
     }
+    anyhow::ensure!(
+        args.parts.is_empty() || args.profile == "full",
+        "--parts selects parts of `--profile full`"
+    );
     let level = if args.profile == "full" {
         wanblk_bench::suite::Level::Full
     } else {
@@ -61,6 +71,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             out_dir: args.out.unwrap_or_else(|| PathBuf::from("docs/results/quick")),
             fixed_secs: args.fixed_secs,
             image_secs: args.image_secs,
+            parts: args.parts,
         },
     )
 }
