@@ -89,7 +89,9 @@ impl Default for RetuneConfig {
 /// estimate of the relative noise of one sample (from consecutive samples at
 /// the same N, see [`TuningReport::noise_estimate`](crate::TuningReport));
 /// until it has one, `margin`. On a quiet path resampling thus stops after
-/// a couple of points.
+/// a couple of points. Whatever the estimate, a narrow win (better than the
+/// reference by less than twice the tolerance) is measured again before it
+/// counts: a single mistimed interval must not move the search.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ResampleConfig {
     /// Relative distance from the reference that counts as close.

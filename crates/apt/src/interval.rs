@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 /// of 1460 bytes (RFC 6928).
 pub const INITIAL_WINDOW_BYTES: f64 = 14_600.0;
 
+/// Round trips a warm-up after a decrease of N lasts (queue drain, with one
+/// round trip of margin).
+pub const DRAIN_RTTS: f64 = 2.0;
+
 /// What the driver knows when it starts an interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PathSnapshot {
@@ -25,6 +29,9 @@ pub struct PathSnapshot {
     pub window_bytes: Option<u64>,
     /// The tuner will discard this interval ([`Step::next_is_warmup`](crate::Step)).
     pub warmup: bool,
+    /// The warm-up follows a decrease of N: no session restarts, only the
+    /// queue the larger N built has to drain.
+    pub after_decrease: bool,
 }
 
 /// Chooses the measurement interval.
@@ -51,7 +58,10 @@ pub struct PathSnapshot {
 /// ```
 ///
 /// with IW = 14 600 bytes ([`INITIAL_WINDOW_BYTES`]); without `W`, the warm-up
-/// interval is a measured interval.
+/// interval is a measured interval. After a decrease of N no session
+/// restarts (the remaining ones keep their windows) and only the queue the
+/// larger N built has to drain, which takes at most about one RTT:
+/// `T_warm = clamp(DRAIN_RTTS * RTT_max, T_min, T_max)`.
 ///
 /// Defaults: k = 5, q = 4, T_min = 0.2 s, T_max = 3 s, so a 100 ms path
 /// measures over about 0.5 s and a 10 ms path over 0.2 s.
@@ -92,6 +102,7 @@ impl IntervalPolicy {
     pub fn interval_s(&self, path: &PathSnapshot) -> f64 {
         let rtt = nonneg(path.max_rtt_s);
         let want = match (path.warmup, path.window_bytes) {
+            (true, _) if path.after_decrease => DRAIN_RTTS * rtt,
             (true, Some(w)) => {
                 let rounds = (w as f64 / INITIAL_WINDOW_BYTES).max(1.0).log2();
                 rtt * (1.0 + rounds)
@@ -121,6 +132,7 @@ mod tests {
             request_bytes: 1 << 20,
             window_bytes: Some(4 << 20),
             warmup: false,
+            after_decrease: false,
         }
     }
 
@@ -155,6 +167,12 @@ mod tests {
         assert!((0.9..0.95).contains(&t), "{t}");
         s.window_bytes = None;
         assert!((p.interval_s(&s) - 0.5).abs() < 1e-12);
+        // After a decrease only the queue drains: 2 RTTs.
+        s.window_bytes = Some(4 << 20);
+        s.after_decrease = true;
+        assert!((p.interval_s(&s) - 0.2).abs() < 1e-12);
+        s.warmup = false;
+        assert!((p.interval_s(&s) - 0.5).abs() < 1e-12, "a measured interval is unaffected");
     }
 
     #[test]

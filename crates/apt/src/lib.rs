@@ -56,7 +56,7 @@ mod tuner;
 pub use chunk::{ChunkConfig, ChunkSizer};
 pub use config::{ConfigError, MAX_SESSIONS, ResampleConfig, RetuneConfig, TunerConfig};
 pub use golden::{Bracket, NU, golden_probe_bound};
-pub use interval::{INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
+pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
 pub use tuner::{
     Discards, LEVEL_SAMPLES, MAX_HISTORY, NOISE_SIGMAS, Phase, Sample, SampleUse, Step, StepRecord, Tuner,
     TuningReport,

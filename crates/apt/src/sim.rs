@@ -296,6 +296,7 @@ impl Bench {
             request_bytes: self.cfg.request_bytes,
             window_bytes: model.window_bytes(),
             warmup: self.tuner.next_is_warmup(),
+            after_decrease: self.grew_from.is_none(),
         });
         let steady = model.goodput(n);
         let mut g = steady;

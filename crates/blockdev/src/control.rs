@@ -227,6 +227,8 @@ pub async fn run(
     let mut meter = TransportMeter::default();
     let _ = meter.delta(&pools);
     let mut last_goodput = f64::NAN;
+    // The last change of N was a decrease (its warm-up only drains the queue).
+    let mut decreased = false;
     loop {
         let rtt = max_rtt_s(&pools);
         let warmup = tuner.as_ref().is_some_and(|t| t.next_is_warmup());
@@ -239,6 +241,7 @@ pub async fn run(
                 request_bytes,
                 window_bytes: max_window_bytes(&pools),
                 warmup,
+                after_decrease: decreased,
             })),
         };
         let stopped = tokio::select! {
@@ -280,6 +283,7 @@ pub async fn run(
             let step = t.observe(wanblk_apt::Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
             sample.discarded = step.discarded();
             if step.next_n != n {
+                decreased = step.next_n < n;
                 n = set_all(step.next_n);
                 tracing::info!(from = sample.n, to = n, phase = ?step.phase, "tuner changed N");
             }

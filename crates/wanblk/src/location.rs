@@ -173,8 +173,10 @@ pub(crate) async fn open_destination(loc: &Location, size: u64, opts: &NetOption
     match loc {
         Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
         Location::Random { .. } => bail!("random: is a source only"),
-        Location::Null(_) => {
-            let mut o = Opened::plain(Arc::new(NullEndpoint::new(size)));
+        Location::Null(sized) => {
+            // `null:SIZE` is a sink of that size (a smaller one is refused
+            // by the copy like any small destination); `null:` fits the source.
+            let mut o = Opened::plain(Arc::new(NullEndpoint::new(sized.unwrap_or(size))));
             o.known_zero = true;
             Ok(o)
         }

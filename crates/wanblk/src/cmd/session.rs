@@ -25,8 +25,8 @@ fn parse_connections(s: &str) -> Result<Connections, String> {
         return Ok(Connections::Auto);
     }
     match s.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(Connections::Fixed(n)),
-        _ => Err(format!("expected a number of connections >= 1 or `auto`, got {s:?}")),
+        Ok(n @ 1..=1024) => Ok(Connections::Fixed(n)),
+        _ => Err(format!("expected `auto` or a number of connections from 1 to 1024, got {s:?}")),
     }
 }
 
@@ -60,10 +60,17 @@ fn parse_interval(s: &str) -> Result<IntervalArg, String> {
 
 fn parse_request_size(s: &str) -> Result<u32, String> {
     let v = parse_size(s)?;
-    if v == 0 || v > 256 << 20 {
-        return Err(format!("request size must be between 1 byte and 256M, got {s:?}"));
+    if v == 0 || v > 256 << 20 || v % 512 != 0 {
+        return Err(format!("request size must be a multiple of 512 bytes between 512 and 256M, got {s:?}"));
     }
     Ok(v as u32)
+}
+
+fn connection_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!("expected a number of connections from 1 to 1024, got {s:?}")),
+    }
 }
 
 fn parse_param(s: &str) -> Result<(String, String), String> {
@@ -93,19 +100,20 @@ pub(crate) struct SessionArgs {
 
     /// Upper bound on sessions with `--connections auto` (the store's own
     /// limit also applies).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = connection_count)]
     pub(crate) max_connections: usize,
 
     /// First N tried by `--connections auto` (seed 000's Table 1 uses 4).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = connection_count)]
     pub(crate) initial_connections: usize,
 
     /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
     /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
     /// smoothed RTT of the active sessions from TCP_INFO. The interval after
-    /// N changes is a warm-up, discarded: new sessions are in slow start, so
-    /// it lasts RTT x (1 + log2(W / 14600)) for the largest window W any
-    /// session has reached. Goodput is counted from the bytes TCP delivered
+    /// N changes is a warm-up, discarded: after an increase the new sessions
+    /// are in slow start, so it lasts RTT x (1 + log2(W / 14600)) for the
+    /// largest window W any session has reached; after a decrease only the
+    /// queue drains, so it lasts 2 x RTT. Goodput is counted from the bytes TCP delivered
     /// or had acknowledged on every session (from completed requests over
     /// Unix sockets).
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
