@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::golden::golden_probe_bound;
+use crate::golden::{golden_probe_bound, knee_probe_bound};
 
 /// The largest `n_max` accepted: far beyond any useful session count, and
 /// small enough that every count is exact as an `f64`.
@@ -139,6 +139,15 @@ pub struct TunerConfig {
     pub discard_after_change: bool,
     /// Re-tuning after convergence; `None` holds the converged N forever.
     pub retune: Option<RetuneConfig>,
+    /// Knee search on a plateau (ours; off in the paper). When the bracket
+    /// search stopped on a tie (G(r) within `tolerance` of G(m): more
+    /// sessions gave nothing) and the first golden probe above m is not
+    /// better either, goodput is flat above m, and the golden-section search
+    /// would spend its probes on a plateau. Instead bisect (l, m] for the
+    /// fewest sessions that stay within `tolerance` of G(m): about
+    /// log2(m - l) probes, and the answer is the knee, not a point in the
+    /// middle of the plateau (fewer sessions: less CPU, fairer to others).
+    pub plateau_knee: bool,
 }
 
 impl TunerConfig {
@@ -159,6 +168,7 @@ impl TunerConfig {
             resample: None,
             discard_after_change: false,
             retune: None,
+            plateau_knee: false,
         }
     }
 
@@ -234,7 +244,9 @@ impl TunerConfig {
         let mut worst = 0;
         for (j, &stop) in seq.iter().enumerate().skip(1) {
             let width = stop - below(j - 1);
-            worst = worst.max(j + 1 + golden_probe_bound(width));
+            // A plateau turns into the knee search after one golden probe.
+            let knee = 1 + knee_probe_bound(seq[j - 1] - below(j - 1));
+            worst = worst.max(j + 1 + golden_probe_bound(width).max(knee));
         }
         // Rises all the way to n_max: bracket (below(last), n_max, n_max).
         let last = seq.len() - 1;
@@ -257,7 +269,8 @@ impl Default for TunerConfig {
     /// Our robust settings: the paper's N0, alpha and session range, plus a
     /// 3 % tolerance, one sample per point and up to three for a point within
     /// 10 % of its reference, the first interval after a change discarded,
-    /// and re-tuning on a 20 % change for 3 intervals.
+    /// re-tuning on a 20 % change for 3 intervals, and the knee search on
+    /// a plateau.
     fn default() -> Self {
         TunerConfig {
             tolerance: 0.03,
@@ -265,6 +278,7 @@ impl Default for TunerConfig {
             resample: Some(ResampleConfig { margin: 0.1, max_samples: 3 }),
             discard_after_change: true,
             retune: Some(RetuneConfig::default()),
+            plateau_knee: true,
             ..TunerConfig::paper()
         }
     }

@@ -97,9 +97,49 @@ pub fn golden_probe_bound(width: usize) -> usize {
     (2.0 * (width as f64).log2()).ceil() as usize + 1
 }
 
+/// Most probes the knee search (bisection of `(l, m]`, see
+/// [`TunerConfig::plateau_knee`](crate::TunerConfig)) needs for a width
+/// `m - l`: ceil(log2(width)).
+pub(crate) fn knee_probe_bound(width: usize) -> usize {
+    if width < 2 {
+        return 0;
+    }
+    (usize::BITS - (width - 1).leading_zeros()) as usize
+}
+
+/// The next knee probe between `lo` (exclusive, worse) and `hi` (on the
+/// plateau), or `None` when no integer is left between them.
+pub(crate) fn knee_probe(lo: usize, hi: usize) -> Option<usize> {
+    (hi > lo.saturating_add(1)).then(|| lo + (hi - lo) / 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knee_bisection_stays_within_its_bound() {
+        for width in 1..300usize {
+            // Worst case either way: always "tie" or always "worse".
+            for tie in [true, false] {
+                let (mut lo, mut hi, mut probes) = (100, 100 + width, 0);
+                while let Some(p) = knee_probe(lo, hi) {
+                    assert!(lo < p && p < hi);
+                    if tie {
+                        hi = p
+                    } else {
+                        lo = p
+                    }
+                    probes += 1;
+                }
+                assert!(probes <= knee_probe_bound(width), "width {width}: {probes}");
+            }
+        }
+        assert_eq!(knee_probe_bound(8), 3);
+        assert_eq!(knee_probe_bound(9), 4);
+        assert_eq!(knee_probe(8, 16), Some(12));
+        assert_eq!(knee_probe(8, 9), None);
+    }
 
     #[test]
     fn nu_constant_matches_definition() {

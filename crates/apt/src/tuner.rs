@@ -38,6 +38,9 @@ pub enum Phase {
     BracketDown,
     /// Golden-section search inside the bracket, equations (1)-(4).
     Golden,
+    /// Bisection for the fewest sessions on a goodput plateau (ours, see
+    /// [`TunerConfig::plateau_knee`](crate::TunerConfig)).
+    Knee,
     /// Holding at the converged N (and watching for a change when
     /// re-tuning is on).
     Converged,
@@ -159,7 +162,13 @@ enum State {
     /// Measuring `current` below `best`; `upper` is the exclusive end above.
     Down { upper: usize, best: Point },
     /// Measuring the probe of `bracket`; `m` describes bracket.m.
-    Golden { bracket: Bracket, m: Point },
+    /// `flat_above`: the bracket search stopped on a tie, so if this (first)
+    /// probe above m is not better either, switch to the knee search.
+    Golden { bracket: Bracket, m: Point, flat_above: bool },
+    /// Knee search: measuring a probe between `lo` (exclusive; clearly
+    /// worse than the plateau) and `hi` (the fewest sessions seen on it;
+    /// its reference is the plateau's level).
+    Knee { lo: usize, hi: Point },
     /// Holding at `current`.
     Converged(Hold),
 }
@@ -290,6 +299,7 @@ impl Tuner {
             State::Up { .. } => Phase::BracketUp,
             State::Down { .. } => Phase::BracketDown,
             State::Golden { .. } => Phase::Golden,
+            State::Knee { .. } => Phase::Knee,
             State::Converged(_) => Phase::Converged,
         }
     }
@@ -368,14 +378,19 @@ impl Tuner {
                 Some(sigma) => rs.margin.min(NOISE_SIGMAS * sigma),
                 None => rs.margin,
             };
-            let close = (self.avg.mean - reference).abs() <= margin * reference;
+            let mean = self.avg.mean;
+            let knee = matches!(self.state, State::Knee { .. });
+            // The knee search decides at (1 - tolerance) of the plateau: a
+            // close call is one near that threshold.
+            let threshold = if knee { reference * (1.0 - self.cfg.tolerance) } else { reference };
+            let close = (mean - threshold).abs() <= margin * reference;
             // A narrow win (better, but by less than twice the tolerance) is
             // confirmed by another sample even when the noise estimate is
             // small: on a link-capped plateau consecutive samples agree
             // closely, and one mistimed interval would otherwise move the
             // search (and more sessions) on nothing.
-            let narrow_win = self.better(self.avg.mean, reference)
-                && self.avg.mean <= reference * (1.0 + 2.0 * self.cfg.tolerance);
+            let narrow_win =
+                !knee && self.better(mean, reference) && mean <= reference * (1.0 + 2.0 * self.cfg.tolerance);
             if (close || narrow_win) && self.avg.count < rs.max_samples {
                 return self.step(SampleUse::Pending);
             }
@@ -407,6 +422,7 @@ impl Tuner {
             State::Up { best, .. } => best.map(|b| b.reference),
             State::Down { best, .. } => Some(best.reference),
             State::Golden { m, .. } => Some(m.reference),
+            State::Knee { hi, .. } => Some(hi.reference),
             State::Converged(_) => None,
         }
     }
@@ -460,7 +476,12 @@ impl Tuner {
                     self.state = State::Down { upper: n, best: b };
                     self.cfg.down(b.n)
                 } else {
-                    self.golden(Bracket { l: lower, m: b.n, r: n }, b)
+                    let tie = self.cfg.plateau_knee && g >= b.reference * (1.0 - self.cfg.tolerance);
+                    let next = self.golden(Bracket { l: lower, m: b.n, r: n }, b);
+                    if let State::Golden { flat_above, .. } = &mut self.state {
+                        *flat_above = tie;
+                    }
+                    next
                 }
             }
             State::Down { upper, best } => {
@@ -476,15 +497,27 @@ impl Tuner {
                     self.golden(Bracket { l: n, m: best.n, r: upper }, best)
                 }
             }
-            State::Golden { bracket, m } => {
+            State::Golden { bracket, m, flat_above } => {
                 // Within the tolerance is "not better" either way: near the
                 // end the probes are neighbours of m, where a tie says
                 // nothing about which side is better (a ramp and a plateau
                 // look alike under noise).
                 let better = self.better(g, m.reference);
+                if flat_above && !better && n > m.n && g >= m.reference * (1.0 - self.cfg.tolerance) {
+                    // Flat at m, at the probe and at r: a plateau.
+                    return self.knee(bracket.l, m);
+                }
                 let next = bracket.update(n, better);
                 let m = if better { here } else { m };
                 self.golden(next, m)
+            }
+            State::Knee { lo, hi } => {
+                if g >= hi.reference * (1.0 - self.cfg.tolerance) {
+                    // Still on the plateau with fewer sessions.
+                    self.knee(lo, Point { n, own: g, reference: hi.reference.max(g) })
+                } else {
+                    self.knee(n, hi)
+                }
             }
             // Converged samples never reach `decide` (see `accept`).
             State::Converged(_) => n,
@@ -497,22 +530,32 @@ impl Tuner {
         self.record_bracket(bracket);
         match bracket.probe() {
             Some(probe) => {
-                self.state = State::Golden { bracket, m };
+                self.state = State::Golden { bracket, m, flat_above: false };
                 probe
             }
-            None => {
-                self.state = State::Converged(Hold {
-                    level: m.own,
-                    level_samples: 1,
-                    side: false,
-                    count: 0,
-                    mean: 0.0,
-                });
-                self.report.final_n = Some(m.n);
-                self.report.converged_at_interval = Some(self.intervals);
-                m.n
-            }
+            None => self.converge(m),
         }
+    }
+
+    /// Enters or continues the knee search between `lo` (exclusive) and
+    /// `hi`; returns the next N (the probe, or hi.n when done).
+    fn knee(&mut self, lo: usize, hi: Point) -> usize {
+        match crate::golden::knee_probe(lo, hi.n) {
+            Some(probe) => {
+                self.state = State::Knee { lo, hi };
+                probe
+            }
+            None => self.converge(hi),
+        }
+    }
+
+    /// Holds at `m` from now on.
+    fn converge(&mut self, m: Point) -> usize {
+        self.state =
+            State::Converged(Hold { level: m.own, level_samples: 1, side: false, count: 0, mean: 0.0 });
+        self.report.final_n = Some(m.n);
+        self.report.converged_at_interval = Some(self.intervals);
+        m.n
     }
 
     /// A converged sample: track the level, and restart the search when
@@ -814,6 +857,32 @@ mod tests {
         assert!(outlier_used, "the search probed above 16: {:?}", t.report().bracket_history);
         let n = t.converged().expect("converged");
         assert!(n <= 16, "one +4 % sample pulled the search to N = {n}: {:?}", t.report().steps);
+    }
+
+    #[test]
+    fn plateau_knee_finds_the_fewest_sessions_sooner() {
+        // Window-limited up to N = 16, link-capped from there on (the shape
+        // measured on the emulated 1 Gbit/s, 100 ms path).
+        let cap = |n: usize| (n as f64 * 60.0).min(956.0);
+        let points = |knee: bool| {
+            let cfg = TunerConfig { plateau_knee: knee, ..TunerConfig::default() };
+            let mut t = Tuner::new(cfg).unwrap();
+            run(&mut t, cap, 500);
+            (t.converged().expect("converged"), t.report().steps.len(), t.report())
+        };
+        let (golden_n, golden_points, _) = points(false);
+        let (knee_n, knee_points, report) = points(true);
+        // Bracket 4, 8, 16, 32 (a tie), one golden probe (22, a tie), then
+        // bisection of (8, 16]: 12, 14, 15 (all below the plateau) -> 16.
+        assert_eq!(knee_n, 16, "{report:?}");
+        assert!(report.steps.iter().any(|s| s.phase == Phase::Knee));
+        assert!(cap(golden_n) >= 0.97 * 956.0);
+        assert!(knee_points < golden_points, "knee {knee_points} points, golden {golden_points}");
+        // Not a plateau (a peak above m): the golden search runs as before.
+        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::default() }).unwrap();
+        run(&mut t, peak6, 200);
+        assert_eq!(t.converged(), Some(6));
+        assert!(t.report().steps.iter().all(|s| s.phase != Phase::Knee));
     }
 
     #[test]

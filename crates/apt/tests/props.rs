@@ -16,8 +16,9 @@ fn config() -> impl Strategy<Value = TunerConfig> {
         prop::option::of((0.0f64..0.5, 1u32..5)),
         any::<bool>(),
         prop::option::of((0.01f64..1.0, 1u32..5)),
+        any::<bool>(),
     )
-        .prop_map(|(n_min, extra, start, alpha, tolerance, spp, rs, discard, rt)| {
+        .prop_map(|(n_min, extra, start, alpha, tolerance, spp, rs, discard, rt, knee)| {
             let n_max = n_min + extra;
             TunerConfig {
                 n0: n_min + start.index(extra + 1),
@@ -29,6 +30,7 @@ fn config() -> impl Strategy<Value = TunerConfig> {
                 resample: rs.map(|(margin, max_samples)| ResampleConfig { margin, max_samples }),
                 discard_after_change: discard,
                 retune: rt.map(|(threshold, consecutive)| RetuneConfig { threshold, consecutive }),
+                plateau_knee: knee,
             }
         })
 }

@@ -38,6 +38,8 @@ pub struct SuiteOptions {
     pub image_secs: f64,
     /// Parts of the full profile to run (empty: all of [`FULL_PARTS`]).
     pub parts: Vec<String>,
+    /// Fixed N values to run on every path instead of the profile's own.
+    pub fixed: Option<Vec<u32>>,
 }
 
 /// The parts of the full profile, in the order they run: the main path
@@ -338,6 +340,7 @@ fn path_experiments(
         None => bytes_for(spec, opts.image_secs),
     };
     let stop = format!("{}", opts.fixed_secs);
+    let fixed = opts.fixed.as_deref().unwrap_or(fixed);
     for &dir in directions {
         for &n in fixed {
             let ns = n.to_string();

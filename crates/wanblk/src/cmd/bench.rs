@@ -40,6 +40,10 @@ pub(crate) struct Args {
     /// change [default: all].
     #[arg(long, value_delimiter = ',')]
     parts: Vec<String>,
+    /// Fixed N values to run on every path (comma-separated), instead of
+    /// the profile's (quick: 1-32, full: 1-128 by powers of two).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1024))]
+    fixed: Vec<u32>,
 }
 
 /// Runs `wanblk bench`.
@@ -72,6 +76,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             fixed_secs: args.fixed_secs,
             image_secs: args.image_secs,
             parts: args.parts,
+            fixed: (!args.fixed.is_empty()).then_some(args.fixed),
         },
     )
 }
