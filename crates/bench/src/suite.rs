@@ -453,6 +453,10 @@ fn change_experiment(
     {
         let label = change.replace(' ', "-");
         let stem = rec.dir.join(format!("change-{label}-{}", spec.label()).to_lowercase());
+        let _ = std::fs::write(
+            stem.with_extension("json"),
+            serde_json::to_string_pretty(rep).unwrap_or_default(),
+        );
         let _ = crate::plot::write(
             &timeline_chart(&format!("auto across a change ({change} at {at_s} s)"), rep, None, Some(at_s)),
             &stem,
@@ -613,7 +617,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 &[1, 8],
                 true,
             )?;
-            change_experiment(&mut rec, exe, &main, "delay 200ms", 20.0, 45.0)?;
+            change_experiment(&mut rec, exe, &main, "delay 200ms", 30.0, 60.0)?;
         }
         Level::Full => {
             let part = |p: &str| opts.parts.is_empty() || opts.parts.iter().any(|x| x == p);
@@ -683,8 +687,8 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 }
             }
             if part("change") {
-                change_experiment(&mut rec, exe, &main, "delay 100ms", 20.0, 50.0)?;
-                change_experiment(&mut rec, exe, &main, "rate 500mbit", 20.0, 40.0)?;
+                change_experiment(&mut rec, exe, &main, "delay 100ms", 30.0, 60.0)?;
+                change_experiment(&mut rec, exe, &main, "rate 500mbit", 30.0, 50.0)?;
             }
             for buffers in ["default", "capped-512K"] {
                 let delay_rows: Vec<Row> = rec.rows.iter().filter(|r| r.rate_mbps == 900).cloned().collect();

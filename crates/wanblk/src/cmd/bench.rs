@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// other. Writes runs.csv, tables.md and SVG/PNG plots to --out.
 ///
 /// `quick` (one path, 1 Gbit/s, 50 ms one way, both directions, a path
-/// change mid-copy, per-connection TCP_INFO) takes about 10 minutes;
+/// change mid-copy, per-connection TCP_INFO) takes about 25 minutes;
 /// `full` (the seeds' delay and bandwidth grids with default and 512 KB
 /// socket buffers, loss with cubic and bbr, two path changes) takes hours.
 /// `iscsi` (about 10 minutes) runs wanblk's iSCSI initiator against tgtd
