@@ -25,7 +25,9 @@
 //! reproduces the paper exactly; [`TunerConfig::default`] adds what a real
 //! WAN needs, each part switchable: discarding the first interval after N
 //! changes, a tolerance and averaging against noise (ties go to fewer
-//! sessions), and re-tuning when the converged goodput moves.
+//! sessions), a knee search on a goodput plateau (the fewest sessions that
+//! reach it, in ~log2 probes), and re-tuning when the converged goodput
+//! moves.
 //!
 //! Also here: [`IntervalPolicy`] (how long an interval should be),
 //! [`ChunkSizer`] (seed 002's adaptive chunk size), and [`sim`], a

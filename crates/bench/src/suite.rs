@@ -687,8 +687,8 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 }
             }
             if part("change") {
-                change_experiment(&mut rec, exe, &main, "delay 100ms", 30.0, 60.0)?;
-                change_experiment(&mut rec, exe, &main, "rate 500mbit", 30.0, 50.0)?;
+                change_experiment(&mut rec, exe, &main, "delay 100ms", 30.0, 90.0)?;
+                change_experiment(&mut rec, exe, &main, "rate 500mbit", 30.0, 70.0)?;
             }
             for buffers in ["default", "capped-512K"] {
                 let delay_rows: Vec<Row> = rec.rows.iter().filter(|r| r.rate_mbps == 900).cloned().collect();

@@ -94,7 +94,8 @@ pub(crate) enum IscsiMode {
 pub(crate) struct SessionArgs {
     /// Parallel sessions per network store: a number, or `auto` to tune N
     /// while copying (bracket search then golden-section search on measured
-    /// goodput, seed 000 section 4.4, with re-tuning when the path changes).
+    /// goodput, seed 000 section 4.4; on a goodput plateau a bisection for
+    /// the fewest sessions that reach it; re-tuning when the path changes).
     #[arg(short = 'C', long, default_value = "auto", value_parser = parse_connections)]
     pub(crate) connections: Connections,
 
