@@ -5,12 +5,15 @@
 //! - [`path`]: one emulated path with the embedded target behind it, and
 //!   the measured runners (`wanblk copy`, `nbdcopy`, `iperf3`).
 //! - [`plot`]: SVG and PNG line charts with an embedded font.
+//! - [`suite`], [`iscsi`], [`demo`]: the experiments on the emulated path;
+//!   [`loopback`]: wanblk vs nbdcopy on 127.0.0.1, no emulator.
 //!
 //! I/O boundary: this crate starts processes (in network namespaces) and
 //! writes files; it needs root for the emulator.
 
 pub mod demo;
 pub mod iscsi;
+pub mod loopback;
 pub mod path;
 pub mod plot;
 pub mod suite;

@@ -22,8 +22,11 @@
 //! The interval is either fixed (`--interval 2s`) or chosen from the path
 //! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
 //! active session (RTT from `TCP_INFO`); a sample taken right after N
-//! changed is a warm-up the tuner discards, as long as slow start needs to
-//! reach the largest window any session has (cwnd x MSS or rcv_space).
+//! changed is a warm-up the tuner discards: after an increase as long as
+//! slow start needs to reach the largest window any session has (cwnd x MSS
+//! or rcv_space); after a decrease until the deactivated sessions have
+//! finished their outstanding requests (their bytes would otherwise count
+//! for the smaller N), then two round trips.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -180,6 +183,11 @@ fn max_window_bytes(pools: &[Arc<Pool>]) -> Option<u64> {
         .filter(|w| *w > 0)
 }
 
+/// Longest wait for deactivated sessions to drain after a decrease of N.
+const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How often that wait looks at the sessions.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
 /// Largest smoothed RTT, in seconds, among the active sessions of `pools`.
 fn max_rtt_s(pools: &[Arc<Pool>]) -> f64 {
     pools
@@ -244,6 +252,20 @@ pub async fn run(
                 after_decrease: decreased,
             })),
         };
+        // After a decrease the deactivated sessions first finish the
+        // requests they took (up to depth x request size each, seconds on a
+        // window-limited path) and their bytes would be counted for the new
+        // N: the warm-up lasts until they have drained (at most the longest
+        // interval), then the usual 2 RTT.
+        if warmup && decreased {
+            let deadline = Instant::now() + DRAIN_WAIT_MAX;
+            while Instant::now() < deadline && pools.iter().any(|p| p.draining() > 0) {
+                tokio::select! {
+                    _ = tokio::time::sleep(DRAIN_POLL) => {}
+                    r = stop.wait_for(|s| *s) => { let _ = r; break; }
+                }
+            }
+        }
         let stopped = tokio::select! {
             _ = tokio::time::sleep(interval) => false,
             r = stop.wait_for(|s| *s) => { let _ = r; true }

@@ -396,6 +396,17 @@ impl Pool {
         }
     }
 
+    /// Deactivated sessions that still have requests in flight: they finish
+    /// what they took before going idle, and until then their bytes still
+    /// count in the pool's goodput.
+    pub fn draining(&self) -> usize {
+        lock(&self.shared.sessions)
+            .iter()
+            .filter(|s| !s.failed.load(Ordering::Relaxed))
+            .filter(|s| !s.active.load(Ordering::Relaxed) && s.in_flight.load(Ordering::Relaxed) > 0)
+            .count()
+    }
+
     /// TCP_INFO of every open session, with its index and whether it is active.
     pub fn session_tcp_info(&self) -> Vec<(usize, bool, Vec<TcpInfo>)> {
         let sessions: Vec<_> = lock(&self.shared.sessions).clone();

@@ -113,3 +113,30 @@ async fn writes_are_not_hedged_unless_asked() {
     assert_eq!(pool.stats().hedges_won, 1, "{:?}", pool.stats());
     assert!(pool.read(0, 2 << 20).await.unwrap() == data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deactivated_sessions_report_draining_until_their_requests_finish() {
+    // 300 ms per request, 2 in flight per session: after set_active(1) the
+    // second session still has its requests out for a while.
+    let slow = common::Behaviour { delay: Some(Duration::from_millis(300)), ..Default::default() };
+    let c = common::TestConnector::new(32 << 20, vec![slow; 2]);
+    let cfg = PoolConfig { initial_sessions: 2, request_size: 1 << 20, depth: 2, ..Default::default() };
+    let pool = std::sync::Arc::new(Pool::open(c, cfg).await.unwrap());
+    assert_eq!(pool.draining(), 0);
+    let busy = {
+        let p = pool.clone();
+        tokio::spawn(async move { p.read(0, 16 << 20).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    pool.set_active(1);
+    assert_eq!(pool.draining(), 1, "session 1 still has requests in flight");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.draining() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the deactivated session drained");
+    busy.await.unwrap().unwrap();
+    assert_eq!(pool.draining(), 0);
+}

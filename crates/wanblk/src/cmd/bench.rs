@@ -18,14 +18,15 @@ use std::path::PathBuf;
 /// in the server namespace: seed 001's Fig 9 (read throughput vs READ
 /// command size at 16 ms one way with 1 MB buffers, against the seed's
 /// latency model) and iSCSI sessions vs MC/S under `-C auto`.
-/// Needs root (and tgt for `iscsi`).
+/// Needs root (and tgt for `iscsi`). `loopback` (a minute, no root, no
+/// emulator) copies 1 GiB from `nbdkit random` over TCP on 127.0.0.1 to
+/// null: with wanblk and with nbdcopy, interleaved, and prints the ratio.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// `quick`, `full` or `iscsi`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi"])]
+    /// `quick`, `full`, `iscsi` or `loopback`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback"])]
     profile: String,
-    /// Output directory [default: docs/results/quick; docs/results/iscsi
-    /// for `--profile iscsi`].
+    /// Output directory [default: docs/results/PROFILE].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Seconds each fixed-N run copies.
@@ -44,11 +45,24 @@ pub(crate) struct Args {
     /// the profile's (quick: 1-32, full: 1-128 by powers of two).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1024))]
     fixed: Vec<u32>,
+    /// With `--profile loopback`: copies per tool.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeats: u32,
 }
 
 /// Runs `wanblk bench`.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
+    if args.profile == "loopback" {
+        return wanblk_bench::loopback::run(
+            &exe,
+            &wanblk_bench::loopback::LoopbackOptions {
+                out_dir: args.out.unwrap_or_else(|| PathBuf::from("docs/results/loopback")),
+                size: 1 << 30,
+                repeats: args.repeats,
+            },
+        );
+    }
     if args.profile == "iscsi" {
         return wanblk_bench::iscsi::run(
             &exe,

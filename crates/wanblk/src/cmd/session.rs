@@ -113,8 +113,9 @@ pub(crate) struct SessionArgs {
     /// smoothed RTT of the active sessions from TCP_INFO. The interval after
     /// N changes is a warm-up, discarded: after an increase the new sessions
     /// are in slow start, so it lasts RTT x (1 + log2(W / 14600)) for the
-    /// largest window W any session has reached; after a decrease only the
-    /// queue drains, so it lasts 2 x RTT. Goodput is counted from the bytes TCP delivered
+    /// largest window W any session has reached; after a decrease it lasts
+    /// until the deactivated sessions have finished the requests they took
+    /// (at most 3 s), then 2 x RTT for the queue to drain. Goodput is counted from the bytes TCP delivered
     /// or had acknowledged on every session (from completed requests over
     /// Unix sockets).
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
