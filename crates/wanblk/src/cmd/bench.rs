@@ -19,7 +19,7 @@ use std::path::PathBuf;
 /// command size at 16 ms one way with 1 MB buffers, against the seed's
 /// latency model) and iSCSI sessions vs MC/S under `-C auto`.
 /// Needs root (and tgt for `iscsi`). `loopback` (a minute, no root, no
-/// emulator) copies 1 GiB from `nbdkit random` over TCP on 127.0.0.1 to
+/// emulator) copies 1 GiB from `nbdkit pattern` over TCP on 127.0.0.1 to
 /// null: with wanblk and with nbdcopy, interleaved, and prints the ratio.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -46,7 +46,7 @@ pub(crate) struct Args {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1024))]
     fixed: Vec<u32>,
     /// With `--profile loopback`: copies per tool.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     repeats: u32,
 }
 
