@@ -45,8 +45,9 @@ use anyhow::{Context, bail};
 use wanblk_netem::{Side, SysctlProfile};
 use wanblk_testkit::tgt::{NULL_LUN_SIZE, Tgt};
 
-use crate::path::{BenchPath, Direction, PathSpec};
+use crate::path::{BenchPath, Direction, Measured, PathSpec};
 use crate::plot::{Chart, Series};
+use crate::report::{cell, converged_at_s, csv_cell, steady_after};
 
 /// The target's name.
 const IQN: &str = "iqn.2024-01.org.wanblk:bench-null";
@@ -130,19 +131,6 @@ impl Row {
     }
 }
 
-/// Steady goodput from a wanblk report: mean of the samples after `from_s`.
-fn steady_after(report: &serde_json::Value, from_s: f64) -> Option<f64> {
-    let (mut bits, mut secs) = (0.0, 0.0);
-    for s in report["samples"].as_array()? {
-        let (t, d, g) = (s["t_s"].as_f64()?, s["duration_s"].as_f64()?, s["goodput_mbps"].as_f64()?);
-        if t - d >= from_s && !s["discarded"].as_bool().unwrap_or(false) {
-            bits += g * d;
-            secs += d;
-        }
-    }
-    (secs > 0.0).then(|| bits / secs)
-}
-
 /// Seed 001's latency model: one READ of `b` bytes costs 4 one-way delays
 /// plus its transfer time at the socket throughput `s` (bytes/s).
 fn seed_model(b: f64, d_s: f64, s_bytes: f64) -> f64 {
@@ -195,15 +183,8 @@ impl IscsiPath {
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(args).args(["--no-sparse", "--no-progress", "--report"]);
         c.arg(&report).args(["--congestion", &self.path.spec().congestion]);
-        wanblk_sys::process::terminate_with_parent(&mut c);
-        let children =
-            || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
-        let server_cpu = || wanblk_sys::process::proc_cpu_time(self.tgt.pid()).ok();
-        let (c0, s0, t0) = (children(), server_cpu(), Instant::now());
-        let out = self.path.scenario_mut().exec(Side::Client, &mut c)?;
-        let wall = t0.elapsed().as_secs_f64();
-        let (c1, s1) = (children(), server_cpu());
-        let server_s = s0.zip(s1).map(|(a, b)| b.saturating_sub(a).as_secs_f64());
+        let Measured { out, wall, client_cpu, server_cpu: server_s, .. } =
+            self.path.measured(&mut c, self.tgt.pid())?;
         if !out.status.success() {
             bail!("wanblk copy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
@@ -211,9 +192,7 @@ impl IscsiPath {
             serde_json::from_slice(&std::fs::read(&report)?).context("wanblk report")?;
         let seconds = r["seconds"].as_f64().unwrap_or(wall);
         let bytes = r["data_bytes"].as_u64().unwrap_or(0);
-        let converge_s = r["tuning"]["converged_at_interval"]
-            .as_u64()
-            .and_then(|i| r["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64());
+        let converge_s = converged_at_s(&r);
         let gbit = bytes as f64 * 8.0 / 1e9;
         let per = |cpu: Option<f64>| cpu.filter(|_| gbit > 0.0).map(|c| c / gbit);
         let spec = self.path.spec();
@@ -240,7 +219,7 @@ impl IscsiPath {
             model_mbps: None,
             seconds,
             bytes,
-            client_cpu_s_per_gbit: per(Some(c1 - c0)),
+            client_cpu_s_per_gbit: per(Some(client_cpu)),
             server_cpu_s_per_gbit: per(server_s),
             server_cpu_pct: server_s.filter(|_| wall > 0.0).map(|s| s / wall * 100.0),
             converge_s,
@@ -318,7 +297,6 @@ impl Recorder {
 goodput_mbps,steady_mbps,model_mbps,seconds,bytes,client_cpu_s_per_gbit,server_cpu_s_per_gbit,\
 server_cpu_pct,converge_s\n",
         );
-        let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
         let u = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         for r in &self.rows {
             let _ = writeln!(
@@ -335,14 +313,14 @@ server_cpu_pct,converge_s\n",
                 u(r.data_segment.map(u64::from)),
                 u(r.n),
                 r.goodput_mbps,
-                o(r.steady_mbps),
-                o(r.model_mbps),
+                csv_cell(r.steady_mbps),
+                csv_cell(r.model_mbps),
                 r.seconds,
                 r.bytes,
-                o(r.client_cpu_s_per_gbit),
-                o(r.server_cpu_s_per_gbit),
-                o(r.server_cpu_pct),
-                o(r.converge_s)
+                csv_cell(r.client_cpu_s_per_gbit),
+                csv_cell(r.server_cpu_s_per_gbit),
+                csv_cell(r.server_cpu_pct),
+                csv_cell(r.converge_s)
             );
         }
         std::fs::write(self.dir.join("runs.csv"), csv)?;
@@ -666,7 +644,6 @@ steady is the mean after convergence (auto, when samples follow it) or after the
                 );
             }
             for r in modes.iter().filter(|r| r.direction == dir) {
-                let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
                 let _ = writeln!(
                     t,
                     "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
@@ -674,12 +651,12 @@ steady is the mean after convergence (auto, when samples follow it) or after the
                     r.asked,
                     r.n.map_or("-".into(), |n| n.to_string()),
                     r.goodput_mbps,
-                    o(r.steady_mbps, 0),
+                    cell(r.steady_mbps, 0),
                     ceiling.map_or("-".into(), |c| format!("{:.2}", r.goodput_mbps / c)),
                     r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
-                    o(r.client_cpu_s_per_gbit, 2),
-                    o(r.server_cpu_s_per_gbit, 2),
-                    o(r.server_cpu_pct, 0),
+                    cell(r.client_cpu_s_per_gbit, 2),
+                    cell(r.server_cpu_s_per_gbit, 2),
+                    cell(r.server_cpu_pct, 0),
                 );
             }
         }
@@ -699,15 +676,14 @@ time (100 = one core).\n"
         );
         let _ = writeln!(t, "|---:|---:|---:|---:|---:|");
         for r in seg {
-            let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
             let _ = writeln!(
                 t,
                 "| {} | {:.0} | {} | {} | {} |",
                 r.data_segment.map_or("default (1 MiB)".into(), |s| s.to_string()),
                 r.goodput_mbps,
-                o(r.steady_mbps, 0),
-                o(r.server_cpu_s_per_gbit, 2),
-                o(r.server_cpu_pct, 0)
+                cell(r.steady_mbps, 0),
+                cell(r.server_cpu_s_per_gbit, 2),
+                cell(r.server_cpu_pct, 0)
             );
         }
     }
@@ -799,18 +775,6 @@ mod tests {
         assert!((v - 4e6 / 0.264).abs() < 1.0, "{v}");
         // Small commands are latency-bound: 125 KB per 4 one-way delays.
         assert!(seed_model(128_000.0, 0.016, 1e12) < 2.01e6);
-    }
-
-    #[test]
-    fn steady_skips_warmup_and_discarded() {
-        let r = serde_json::json!({"samples": [
-            {"t_s": 1.0, "duration_s": 1.0, "goodput_mbps": 10.0},
-            {"t_s": 2.0, "duration_s": 1.0, "goodput_mbps": 100.0},
-            {"t_s": 3.0, "duration_s": 1.0, "goodput_mbps": 500.0, "discarded": true},
-            {"t_s": 4.0, "duration_s": 1.0, "goodput_mbps": 200.0},
-        ]});
-        assert_eq!(steady_after(&r, 1.0), Some(150.0));
-        assert_eq!(steady_after(&r, 10.0), None);
     }
 
     #[test]

@@ -16,4 +16,5 @@ pub mod iscsi;
 pub mod loopback;
 pub mod path;
 pub mod plot;
+mod report;
 pub mod suite;

@@ -96,8 +96,7 @@ pub fn run(exe: &Path, opts: &LoopbackOptions) -> anyhow::Result<()> {
             c
         }),
     ];
-    let children_cpu =
-        || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
+    let children_cpu = crate::path::children_cpu_s;
     let mut copies = Vec::new();
     for repeat in 1..=opts.repeats {
         for (name, make) in &tools {

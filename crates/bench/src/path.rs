@@ -164,17 +164,23 @@ fn spawn_target(
     Ok((target, uri))
 }
 
+/// CPU seconds (user + system) of this process's ended, waited-for
+/// children so far: the difference around a run is the run's CPU.
+pub(crate) fn children_cpu_s() -> f64 {
+    wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0)
+}
+
 /// What [`BenchPath::measured`] saw of one command.
-struct Measured {
-    out: std::process::Output,
+pub(crate) struct Measured {
+    pub(crate) out: std::process::Output,
     /// Wall-clock seconds.
-    wall: f64,
+    pub(crate) wall: f64,
     /// Client CPU seconds.
-    client_cpu: f64,
+    pub(crate) client_cpu: f64,
     /// Target CPU seconds, when its pid was known.
-    server_cpu: Option<f64>,
+    pub(crate) server_cpu: Option<f64>,
     /// Hypervisor steal share, percent.
-    steal_pct: Option<f64>,
+    pub(crate) steal_pct: Option<f64>,
 }
 
 /// Measures the hypervisor's steal share of host CPU time between
@@ -284,9 +290,8 @@ impl BenchPath {
     /// Runs `cmd` in the client namespace and measures it: wall time, the
     /// client's CPU (the child and what it waited for, from rusage) and the
     /// CPU of the target process `target_pid` (from /proc).
-    fn measured(&self, cmd: &mut Command, target_pid: u32) -> anyhow::Result<Measured> {
-        let children =
-            || wanblk_sys::process::children_cpu_time().map(|(u, s)| (u + s).as_secs_f64()).unwrap_or(0.0);
+    pub(crate) fn measured(&self, cmd: &mut Command, target_pid: u32) -> anyhow::Result<Measured> {
+        let children = children_cpu_s;
         let server = || wanblk_sys::process::proc_cpu_time(target_pid).ok();
         wanblk_sys::process::terminate_with_parent(cmd);
         let (c0, s0, steal, t0) = (children(), server(), Steal::start(), Instant::now());
@@ -365,12 +370,7 @@ impl BenchPath {
         }
         let r: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&report)?).context("wanblk report")?;
-        let converge_s = r["tuning"]["converged_at_interval"].as_u64().and_then(|i| {
-            r["samples"]
-                .as_array()
-                .and_then(|s| s.get(i.saturating_sub(1) as usize))
-                .and_then(|s| s["t_s"].as_f64())
-        });
+        let converge_s = crate::report::converged_at_s(&r);
         Ok(Run {
             tool: wanblk_label(extra),
             direction,

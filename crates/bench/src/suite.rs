@@ -15,6 +15,7 @@ use wanblk_netem::{Profile, SysctlProfile};
 
 use crate::path::{BenchPath, Direction, PathSpec, Run};
 use crate::plot::{Chart, Series};
+use crate::report::{cell, converged_at_s, csv_cell, steady_after};
 
 /// How much to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,20 +102,6 @@ fn buffers_label(p: SysctlProfile) -> String {
     }
 }
 
-/// Steady-state goodput from a wanblk report: samples after `from_s`.
-fn steady_after(report: &serde_json::Value, from_s: f64) -> Option<f64> {
-    let samples = report["samples"].as_array()?;
-    let (mut bits, mut secs) = (0.0, 0.0);
-    for s in samples {
-        let (t, d, g) = (s["t_s"].as_f64()?, s["duration_s"].as_f64()?, s["goodput_mbps"].as_f64()?);
-        if t - d >= from_s && !s["discarded"].as_bool().unwrap_or(false) {
-            bits += g * d;
-            secs += d;
-        }
-    }
-    (secs > 0.0).then(|| bits / secs)
-}
-
 fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
     let gbit = r.bytes as f64 * 8.0 / 1e9;
     let per = |c: Option<f64>| c.filter(|_| gbit > 0.0).map(|c| c / gbit);
@@ -184,7 +171,6 @@ impl Recorder {
             "scenario,path,rate_mbps,delay_ms,buffers,cc,loss,direction,tool,n,goodput_mbps,steady_mbps,seconds,bytes,\
 client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s,steal_pct\n",
         );
-        let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
         for r in &self.rows {
             let _ = writeln!(
                 csv,
@@ -200,12 +186,12 @@ client_cpu_s_per_gbit,server_cpu_s_per_gbit,converge_s,steal_pct\n",
                 r.tool,
                 r.n.map_or(String::new(), |n| n.to_string()),
                 r.goodput_mbps,
-                o(r.steady_mbps),
+                csv_cell(r.steady_mbps),
                 r.seconds,
                 r.bytes,
-                o(r.client_cpu_s_per_gbit),
-                o(r.server_cpu_s_per_gbit),
-                o(r.converge_s),
+                csv_cell(r.client_cpu_s_per_gbit),
+                csv_cell(r.server_cpu_s_per_gbit),
+                csv_cell(r.converge_s),
                 r.steal_pct.map_or(String::new(), |v| format!("{v:.1}"))
             );
         }
@@ -462,9 +448,7 @@ fn change_experiment(
             &stem,
         );
         // Re-convergence: the last convergence after the change.
-        let conv = rep["tuning"]["converged_at_interval"]
-            .as_u64()
-            .and_then(|i| rep["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64());
+        let conv = converged_at_s(rep);
         let retunes = rep["tuning"]["retunes"].as_u64().unwrap_or(0);
         let note = match conv {
             Some(t) if t > at_s && retunes > 0 => {
@@ -507,7 +491,6 @@ fn tables(rows: &[Row]) -> String {
             let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for r in rs {
                 let ratio = |d: Option<f64>| d.map_or("-".into(), |d| format!("{:.2}", r.goodput_mbps / d));
-                let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
                 let _ = writeln!(
                     t,
                     "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
@@ -515,13 +498,13 @@ fn tables(rows: &[Row]) -> String {
                     r.tool,
                     r.n.map_or("-".into(), |n| n.to_string()),
                     r.goodput_mbps,
-                    o(r.steady_mbps, 0),
+                    cell(r.steady_mbps, 0),
                     ratio(ceiling),
                     ratio(nbd_default),
-                    o(r.client_cpu_s_per_gbit, 2),
-                    o(r.server_cpu_s_per_gbit, 2),
+                    cell(r.client_cpu_s_per_gbit, 2),
+                    cell(r.server_cpu_s_per_gbit, 2),
                     r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
-                    o(r.steal_pct, 0),
+                    cell(r.steal_pct, 0),
                 );
             }
         }

@@ -12,9 +12,9 @@ fn rejected(args: &[&str], expect: &str) -> String {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "wanblk copy {args:?} succeeded");
     assert!(!err.contains("panicked") && !err.contains("backtrace"), "{args:?}: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     // clap adds "For more information, try '--help'." after its one line.
-    let lines: Vec<&str> = lines.into_iter().filter(|l| !l.starts_with("For more information")).collect();
+    let lines: Vec<&str> =
+        err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).collect();
     assert_eq!(lines.len(), 1, "{args:?}: expected one line, got:\n{err}");
     assert!(err.contains(expect), "{args:?}: expected {expect:?} in:\n{err}");
     err

@@ -24,10 +24,9 @@ fn parse_connections(s: &str) -> Result<Connections, String> {
     if s.eq_ignore_ascii_case("auto") {
         return Ok(Connections::Auto);
     }
-    match s.parse::<usize>() {
-        Ok(n @ 1..=1024) => Ok(Connections::Fixed(n)),
-        _ => Err(format!("expected `auto` or a number of connections from 1 to 1024, got {s:?}")),
-    }
+    connection_count(s)
+        .map(Connections::Fixed)
+        .map_err(|_| format!("expected `auto` or a number of connections from 1 to 1024, got {s:?}"))
 }
 
 /// The `--interval` argument.
