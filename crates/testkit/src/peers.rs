@@ -88,14 +88,34 @@ pub fn nbd_server(dir: &Path, file: &Path) -> (Daemon, String) {
     )
     .expect("write nbd-server config");
     run(Command::new("nbd-server").arg("-C").arg(&cfg).arg("-p").arg(&pidfile));
-    wait_for_path(&pidfile, Duration::from_secs(10));
-    let pid = std::fs::read_to_string(&pidfile)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .expect("nbd-server wrote its pid");
+    let pid = wait_for_pid_file(&pidfile, Duration::from_secs(10));
     let daemon = Daemon { pid, name: "nbd-server".into() };
     wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10));
     (daemon, format!("nbd://127.0.0.1:{port}/disk"))
+}
+
+/// Waits until a daemon's pid file holds a whole number. The daemon creates
+/// the file before it writes the number, so an empty or partial read is
+/// not yet an answer (CI once caught nbd-server between the two).
+///
+/// # Panics
+/// After `timeout`, with what the file held.
+fn wait_for_pid_file(path: &Path, timeout: Duration) -> u32 {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let late = std::time::Instant::now() >= deadline;
+        // A whole line, or whatever parses once the time is up.
+        if text.ends_with('\n') || late {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        if late {
+            panic!("{} held no pid after {timeout:?} (it held {text:?})", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Copies with libnbd's nbdcopy (e.g. to read back what a server holds).
