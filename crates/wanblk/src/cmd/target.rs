@@ -177,7 +177,10 @@ pub(crate) async fn serve(
         None => None,
     };
     if let Some(p) = &args.pid_file {
-        std::fs::write(p, format!("{}\n", std::process::id()))
+        // Written aside and renamed, so a reader never sees it half written.
+        let tmp = p.with_extension("pid.tmp");
+        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&tmp, p))
             .with_context(|| format!("cannot write pid file {}", p.display()))?;
     }
     {
