@@ -27,6 +27,13 @@
 //! or rcv_space); after a decrease until the deactivated sessions have
 //! finished their outstanding requests (their bytes would otherwise count
 //! for the smaller N), then two round trips.
+//!
+//! That wait is as long as a session's requests in flight take at its
+//! share of the path, so with a tuner the loop also sizes the requests
+//! ([`request_plan`]): all sessions together keep about twice the measured
+//! bandwidth-delay product in flight (at least 64 MiB), cut into requests
+//! that fit each session's share, instead of `depth` x 4 MiB per session
+//! (512 MiB at N = 32, seconds of draining at 30 Mbit/s per session).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,7 +61,47 @@ pub struct ControlConfig {
     pub tuner: Option<TunerConfig>,
     /// Interval rule.
     pub interval: IntervalChoice,
+    /// Cut requests and lower each session's requests in flight to what
+    /// its share of the path needs (see [`request_plan`]), so a deactivated
+    /// session drains quickly. Only with a tuner.
+    pub adapt_depth: bool,
 }
+
+/// How each of `n` sessions should carry its share of the path: the bytes
+/// per request and the requests in flight per session.
+///
+/// All sessions together keep `max(2 x goodput x RTT, IN_FLIGHT_FLOOR)`
+/// bytes in flight (twice the path's bandwidth-delay product as measured
+/// so far, and never less than the floor, so the first ramp is not held
+/// back while the goodput is still unknown or in slow start). Each session
+/// gets `1/n` of it: requests are cut to the largest power of two not above
+/// half of that (at least [`MIN_SPLIT`], at most `max_request`), plus one
+/// request of slack, at least 2 and at most `max_depth`. A session then
+/// holds about `1/n` of a few hundred milliseconds of data, not `depth` x
+/// the request size: when the tuner deactivates it, it finishes soon.
+/// `goodput` in bytes/s and `rtt_s` may be unknown (NaN or 0).
+#[must_use]
+pub fn request_plan(goodput: f64, rtt_s: f64, n: usize, max_request: u32, max_depth: usize) -> (u32, usize) {
+    let measured = if goodput.is_finite() && rtt_s.is_finite() { 2.0 * goodput * rtt_s } else { 0.0 };
+    let total = measured.max(IN_FLIGHT_FLOOR as f64);
+    let per = total / n.max(1) as f64;
+    let max_request = max_request.max(1);
+    let split = if per / 2.0 >= f64::from(max_request) {
+        max_request
+    } else {
+        let pow2 = 1u64 << ((per / 2.0).max(1.0).log2().floor() as u32).min(31);
+        (pow2.max(u64::from(MIN_SPLIT)) as u32).min(max_request)
+    };
+    let depth = (per / f64::from(split)).ceil().clamp(1.0, 1e6) as usize + 1;
+    (split, depth.min(max_depth.max(1)))
+}
+
+/// Bytes in flight over all sessions that [`request_plan`] always allows.
+pub const IN_FLIGHT_FLOOR: u64 = 64 << 20;
+
+/// Smallest bytes per request [`request_plan`] chooses (libnbd's nbdcopy
+/// uses this size by default).
+pub const MIN_SPLIT: u32 = 256 << 10;
 
 /// One measured interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -85,6 +132,13 @@ pub struct IntervalSample {
     /// The tuner ignored this sample (warm-up after a change of N, or the
     /// partial last interval).
     pub discarded: bool,
+    /// Seconds spent, before this interval, waiting for sessions the tuner
+    /// deactivated to finish their requests (0 when N did not decrease).
+    pub drain_wait_s: f64,
+    /// Bytes per request on the wire at the end of the interval.
+    pub request_bytes: u32,
+    /// Requests in flight per session allowed at the end of the interval.
+    pub depth: usize,
 }
 
 /// Shared, readable-while-running state of a controller.
@@ -235,6 +289,25 @@ pub async fn run(
     let mut meter = TransportMeter::default();
     let _ = meter.delta(&pools);
     let mut last_goodput = f64::NAN;
+    // The best goodput seen: what the path carried at least once.
+    let mut best_goodput = 0.0_f64;
+    let adapt_depth = config.adapt_depth && tuner.is_some();
+    let fit_depth = |n: usize, best: f64, rtt: f64| {
+        if adapt_depth {
+            for p in &pools {
+                let (split, depth) = request_plan(best, rtt, n, p.request_size(), p.max_depth());
+                let used = p.set_split(split);
+                let depth = if used == split {
+                    depth
+                } else {
+                    // Rounded to the store's block size: same bytes in flight.
+                    depth * split as usize / used.max(1) as usize + 1
+                };
+                p.set_depth(depth);
+            }
+        }
+    };
+    fit_depth(n, f64::NAN, 0.0);
     // The last change of N was a decrease (its warm-up only drains the queue).
     let mut decreased = false;
     loop {
@@ -257,14 +330,22 @@ pub async fn run(
         // window-limited path) and their bytes would be counted for the new
         // N: the warm-up lasts until they have drained (at most the longest
         // interval), then the usual 2 RTT.
+        let mut drain_wait_s = 0.0;
         if warmup && decreased {
-            let deadline = Instant::now() + DRAIN_WAIT_MAX;
+            let began = Instant::now();
+            let deadline = began + DRAIN_WAIT_MAX;
             while Instant::now() < deadline && pools.iter().any(|p| p.draining() > 0) {
                 tokio::select! {
                     _ = tokio::time::sleep(DRAIN_POLL) => {}
                     r = stop.wait_for(|s| *s) => { let _ = r; break; }
                 }
             }
+            drain_wait_s = began.elapsed().as_secs_f64();
+            tracing::debug!(
+                waited_ms = began.elapsed().as_millis() as u64,
+                still_draining = pools.iter().map(|p| p.draining()).sum::<usize>(),
+                "drain wait after a decrease"
+            );
         }
         let stopped = tokio::select! {
             _ = tokio::time::sleep(interval) => false,
@@ -290,6 +371,9 @@ pub async fn run(
             duration_s: dt,
             rtt_ms: rtt * 1e3,
             discarded: stopped,
+            drain_wait_s,
+            request_bytes: pools.iter().map(|p| p.split()).min().unwrap_or(0),
+            depth: pools.iter().map(|p| p.depth()).min().unwrap_or(0),
         };
         last_t = now;
         last_bytes = bytes;
@@ -301,6 +385,9 @@ pub async fn run(
             break;
         }
         last_goodput = goodput;
+        if goodput.is_finite() {
+            best_goodput = best_goodput.max(goodput);
+        }
         if let Some(t) = tuner.as_mut() {
             let step = t.observe(wanblk_apt::Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
             sample.discarded = step.discarded();
@@ -311,6 +398,9 @@ pub async fn run(
             }
             *state.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.report());
         }
+        fit_depth(n, best_goodput, rtt);
+        sample.request_bytes = pools.iter().map(|p| p.split()).min().unwrap_or(0);
+        sample.depth = pools.iter().map(|p| p.depth()).min().unwrap_or(0);
         state.current_n.store(n, std::sync::atomic::Ordering::Relaxed);
         state.samples.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
     }
@@ -322,7 +412,40 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::jain;
+    use super::{MIN_SPLIT, jain, request_plan};
+
+    #[test]
+    fn requests_follow_the_share_of_the_path() {
+        const M: u32 = 1 << 20;
+        // 1 Gbit/s, 100 ms: 2 x 12.5 MB is below the 64 MiB floor.
+        let g = 125e6;
+        // Few sessions: whole 4 MiB requests, as many as allowed.
+        assert_eq!(request_plan(g, 0.1, 1, 4 * M, 4), (4 * M, 4));
+        assert_eq!(request_plan(g, 0.1, 4, 4 * M, 16), (4 * M, 5));
+        // 32 sessions: 2 MiB each -> 1 MiB requests, 3 in flight.
+        assert_eq!(request_plan(g, 0.1, 32, 4 * M, 4), (M, 3));
+        // 64 sessions: 1 MiB each -> 512 KiB requests, 3 in flight.
+        assert_eq!(request_plan(g, 0.1, 64, 4 * M, 4), (512 << 10, 3));
+        // 1024 sessions: the 256 KiB floor, 2 in flight.
+        assert_eq!(request_plan(g, 0.1, 1024, 4 * M, 4), (MIN_SPLIT, 2));
+        // A long fat path: 10 Gbit/s, 200 ms, 16 sessions -> 2 x 250 MB / 16.
+        assert_eq!(request_plan(1.25e9, 0.2, 16, 4 * M, 16), (4 * M, 9));
+        // Nothing known yet: the floor.
+        assert_eq!(request_plan(f64::NAN, 0.0, 16, 4 * M, 4), (2 * M, 3));
+        // Never above the request size the user chose, nor the depth.
+        assert_eq!(request_plan(g, 0.1, 64, 64 << 10, 16).0, 64 << 10);
+        assert_eq!(request_plan(g, 0.1, 64, 64 << 10, 1).1, 1);
+        assert_eq!(request_plan(f64::INFINITY, f64::INFINITY, 0, 0, 0), (1, 1));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_plan_stays_in_bounds(g in 0.0f64..1e12, rtt in 0.0f64..10.0, n in 1usize..1024, req in 1u32..=(1 << 30), depth in 1usize..64) {
+            let (split, slots) = request_plan(g, rtt, n, req, depth);
+            proptest::prop_assert!(split <= req && split >= MIN_SPLIT.min(req));
+            proptest::prop_assert!(slots >= 1 && slots <= depth);
+        }
+    }
 
     #[test]
     fn jain_index() {

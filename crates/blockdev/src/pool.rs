@@ -215,6 +215,16 @@ struct Shared {
     /// Bumped whenever session roles change; workers wait on it while idle.
     roles: watch::Sender<u64>,
     want_active: AtomicUsize,
+    /// Request slots each active session uses (1..=config.depth); the
+    /// tuning loop lowers it so a deactivated session has less to drain.
+    want_depth: AtomicUsize,
+    /// Bytes per request on the wire now (at most the request size): the
+    /// tuning loop shrinks it when each session's share of the path is
+    /// small, so a session's requests in flight stay near its share of the
+    /// bandwidth-delay product.
+    split: std::sync::atomic::AtomicU32,
+    /// The store's block size minimum (every split is a multiple of it).
+    block_min: u32,
     connecting: AtomicUsize,
     completed_bytes: AtomicU64,
     closed: AtomicBool,
@@ -311,6 +321,9 @@ impl Pool {
             sessions: Mutex::new(Vec::new()),
             roles,
             want_active: AtomicUsize::new(config.initial_sessions.clamp(1, max_sessions)),
+            want_depth: AtomicUsize::new(config.depth),
+            split: std::sync::atomic::AtomicU32::new(request_size),
+            block_min: min,
             connecting: AtomicUsize::new(0),
             completed_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -350,6 +363,47 @@ impl Pool {
         n
     }
 
+    /// Sets how many request slots each active session uses (clamped to
+    /// `1..=depth` of the configuration) and returns the clamped value. A
+    /// slot beyond it finishes its request, then idles. Fewer slots mean
+    /// fewer bytes a session must finish when it is deactivated.
+    pub fn set_depth(&self, d: usize) -> usize {
+        let d = d.clamp(1, self.shared.config.depth);
+        if self.shared.want_depth.swap(d, Ordering::SeqCst) != d {
+            self.shared.roles.send_modify(|g| *g += 1);
+            self.shared.queue_ready.notify_waiters();
+        }
+        d
+    }
+
+    /// Sets the bytes per request on the wire (callers' reads and writes
+    /// are cut into pieces this size): clamped to the pool's request size
+    /// and rounded down to the store's block size minimum. Returns the
+    /// value used.
+    pub fn set_split(&self, bytes: u32) -> u32 {
+        let min = self.shared.block_min.max(1);
+        let mut b = bytes.clamp(min, self.request_size);
+        b -= b % min;
+        let b = if b == 0 { self.request_size } else { b };
+        self.shared.split.store(b, Ordering::SeqCst);
+        b
+    }
+
+    /// Bytes per request on the wire now.
+    pub fn split(&self) -> u32 {
+        self.shared.split.load(Ordering::SeqCst)
+    }
+
+    /// Most request slots a session may use (`depth` of the configuration).
+    pub fn max_depth(&self) -> usize {
+        self.shared.config.depth
+    }
+
+    /// Request slots each active session uses now.
+    pub fn depth(&self) -> usize {
+        self.shared.want_depth.load(Ordering::SeqCst)
+    }
+
     /// The active session count asked for (sessions still opening included).
     pub fn active(&self) -> usize {
         self.shared.want_active.load(Ordering::SeqCst)
@@ -365,10 +419,15 @@ impl Pool {
         self.request_size
     }
 
-    /// Requests the pool can have in flight right now (active sessions x depth):
-    /// how many chunks a caller should keep queued to keep every slot busy.
+    /// How many `request_size` pieces a caller should have outstanding to
+    /// keep every request slot of the active sessions busy: active sessions
+    /// x slots per session, in requests of the current split size, counted
+    /// in pieces of the full request size (at least 1). A caller that keeps
+    /// many more queued only makes the queue longer: a deactivated session
+    /// or a new split size takes effect later.
     pub fn slots(&self) -> usize {
-        self.active() * self.shared.config.depth
+        let bytes = self.active() as u64 * self.depth() as u64 * u64::from(self.split());
+        bytes.div_ceil(u64::from(self.request_size.max(1))).max(1) as usize
     }
 
     /// Payload bytes of completed reads and writes (goodput numerator).
@@ -473,7 +532,7 @@ impl Pool {
 
     /// Splits `[offset, offset+len)` into request-size chunks.
     fn chunks(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> + use<> {
-        let rs = u64::from(self.request_size);
+        let rs = u64::from(self.split().max(1));
         let end = offset + len;
         let mut pos = offset;
         std::iter::from_fn(move || {
@@ -542,8 +601,8 @@ impl Shared {
             sessions.push(Arc::clone(&s));
             s
         };
-        for _ in 0..this.config.depth {
-            tokio::spawn(worker(Arc::clone(this), Arc::clone(&session)));
+        for slot in 0..this.config.depth {
+            tokio::spawn(worker(Arc::clone(this), Arc::clone(&session), slot));
         }
     }
 
@@ -705,14 +764,14 @@ impl Shared {
 /// One request slot of one session: pulls chunks while the session is
 /// active, and duplicates stragglers of other sessions when the queue is
 /// empty (see [`Hedge`]).
-async fn worker(shared: Arc<Shared>, session: Arc<Session>) {
+async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usize) {
     let mut roles = shared.roles.subscribe();
     let hedging = shared.config.hedge != Hedge::Off;
     loop {
         if shared.closed.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
             return;
         }
-        if !session.active.load(Ordering::SeqCst) {
+        if !session.active.load(Ordering::SeqCst) || slot >= shared.want_depth.load(Ordering::SeqCst) {
             if roles.changed().await.is_err() {
                 return;
             }
@@ -728,7 +787,10 @@ async fn worker(shared: Arc<Shared>, session: Arc<Session>) {
                 }
             }
         };
-        if !session.active.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
+        if !session.active.load(Ordering::SeqCst)
+            || session.failed.load(Ordering::SeqCst)
+            || slot >= shared.want_depth.load(Ordering::SeqCst)
+        {
             if !job.hedge {
                 shared.push(job, true);
             }

@@ -140,3 +140,33 @@ async fn deactivated_sessions_report_draining_until_their_requests_finish() {
     busy.await.unwrap().unwrap();
     assert_eq!(pool.draining(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smaller_split_and_depth_bound_what_a_session_holds() {
+    let slow = common::Behaviour { delay: Some(Duration::from_millis(5)), ..Default::default() };
+    let c = common::TestConnector::new(32 << 20, vec![slow; 2]);
+    let cfg = PoolConfig { initial_sessions: 2, request_size: 1 << 20, depth: 4, ..Default::default() };
+    let pool = Pool::open(c.clone(), cfg).await.unwrap();
+    let data = common::pattern(8 << 20, 7);
+    pool.write(0, data.clone(), false).await.unwrap();
+    assert_eq!(c.largest_request.load(std::sync::atomic::Ordering::SeqCst), 1 << 20);
+    assert_eq!(c.peak_per_session.load(std::sync::atomic::Ordering::SeqCst), 4);
+    // Requests of 256 KiB, 2 in flight per session: callers' 1 MiB reads
+    // are cut and put back together, and nothing is lost.
+    assert_eq!(pool.set_split(256 << 10), 256 << 10);
+    assert_eq!(pool.set_depth(2), 2);
+    assert_eq!(pool.slots(), 1, "2 sessions x 2 x 256 KiB is one 1 MiB piece");
+    c.largest_request.store(0, std::sync::atomic::Ordering::SeqCst);
+    c.peak_per_session.store(0, std::sync::atomic::Ordering::SeqCst);
+    let reads = (0..8u64).map(|i| pool.read(i << 20, 1 << 20));
+    let parts = futures::future::try_join_all(reads).await.unwrap();
+    assert!(parts.concat() == data[..], "data came back changed");
+    assert_eq!(c.largest_request.load(std::sync::atomic::Ordering::SeqCst), 256 << 10);
+    assert!(c.peak_per_session.load(std::sync::atomic::Ordering::SeqCst) <= 2);
+    // Out-of-range values are clamped: at most the request size and the
+    // configured depth, at least one block and one slot.
+    assert_eq!(pool.set_split(u32::MAX), 1 << 20);
+    assert_eq!(pool.set_depth(100), 4);
+    assert_eq!(pool.set_depth(0), 1);
+    assert!(pool.set_split(1) >= 1);
+}

@@ -106,10 +106,10 @@ fn wait_for_pid_file(path: &Path, timeout: Duration) -> u32 {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let late = std::time::Instant::now() >= deadline;
         // A whole line, or whatever parses once the time is up.
-        if text.ends_with('\n') || late {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
+        if (text.ends_with('\n') || late)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
         }
         if late {
             panic!("{} held no pid after {timeout:?} (it held {text:?})", path.display());

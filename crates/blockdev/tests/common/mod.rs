@@ -25,6 +25,10 @@ pub struct TestConnector {
     pub opened: AtomicUsize,
     pub multi_conn: bool,
     pub refuse_after: Option<usize>,
+    /// Largest read or write any session was asked for.
+    pub largest_request: Arc<AtomicUsize>,
+    /// Most requests one session had running at once.
+    pub peak_per_session: Arc<AtomicUsize>,
 }
 
 impl TestConnector {
@@ -35,6 +39,8 @@ impl TestConnector {
             opened: AtomicUsize::new(0),
             multi_conn: true,
             refuse_after: None,
+            largest_request: Arc::new(AtomicUsize::new(0)),
+            peak_per_session: Arc::new(AtomicUsize::new(0)),
         })
     }
 }
@@ -44,6 +50,9 @@ pub struct TestSession {
     b: Behaviour,
     requests: AtomicUsize,
     multi_conn: bool,
+    running: AtomicUsize,
+    largest_request: Arc<AtomicUsize>,
+    peak_per_session: Arc<AtomicUsize>,
 }
 
 #[async_trait]
@@ -62,6 +71,9 @@ impl Connector for TestConnector {
             b,
             requests: AtomicUsize::new(0),
             multi_conn: self.multi_conn,
+            running: AtomicUsize::new(0),
+            largest_request: Arc::clone(&self.largest_request),
+            peak_per_session: Arc::clone(&self.peak_per_session),
         }))
     }
 }
@@ -69,9 +81,12 @@ impl Connector for TestConnector {
 impl TestSession {
     async fn gate(&self, offset: u64) -> Result<()> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak_per_session.fetch_max(now, Ordering::SeqCst);
         if let Some(d) = self.b.delay {
             tokio::time::sleep(d).await;
         }
+        self.running.fetch_sub(1, Ordering::SeqCst);
         if self.b.fail_after.is_some_and(|f| n >= f) {
             return Err(EndpointError::io("test://store", Some(offset), "connection reset by peer"));
         }
@@ -91,10 +106,12 @@ impl Endpoint for TestSession {
         Capabilities { can_multi_conn: self.multi_conn, ..self.store.capabilities() }
     }
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.largest_request.fetch_max(len as usize, Ordering::SeqCst);
         self.gate(offset).await?;
         self.store.read(offset, len).await
     }
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        self.largest_request.fetch_max(data.len(), Ordering::SeqCst);
         self.gate(offset).await?;
         self.store.write(offset, data, fua).await
     }

@@ -125,7 +125,16 @@ pub(crate) struct SessionArgs {
     #[arg(long)]
     pub(crate) paper_tuner: bool,
 
-    /// Requests in flight per session.
+    /// Keep `--requests` x `--request-size` in flight on every session even
+    /// with `auto`. By default `auto` keeps max(2 x goodput x RTT, 64 MiB)
+    /// in flight over all sessions together: each session's share is cut
+    /// into requests of a power of two between 256 KiB and --request-size,
+    /// at most --requests of them (plus one), so that a session the tuner
+    /// deactivates has little left to finish before the next measurement.
+    #[arg(long)]
+    pub(crate) fixed_requests: bool,
+
+    /// Requests in flight per session (the most, with `auto`).
     #[arg(short = 'R', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub(crate) requests: u32,
 
@@ -187,6 +196,7 @@ impl SessionArgs {
                 let base = if self.paper_tuner { TunerConfig::paper() } else { TunerConfig::default() };
                 TunerConfig { n0: net.pool.initial_sessions, n_max: net.pool.max_sessions, ..base }
             }),
+            adapt_depth: !self.paper_tuner && !self.fixed_requests,
             interval: match self.interval {
                 IntervalArg::Every(d) => IntervalChoice::Fixed(d),
                 // Goodput comes from TCP byte counters (see wanblk_blockdev::control),
