@@ -208,24 +208,37 @@ impl Average {
 /// close call for resampling (see [`ResampleConfig`](crate::ResampleConfig)).
 pub const NOISE_SIGMAS: f64 = 2.5;
 
-/// Pooled estimate of the relative measurement noise, from pairs of
-/// consecutive samples at the same N: for a pair (a, b) the relative
-/// difference `2 (b - a) / (a + b)` has variance `2 sigma^2`.
-#[derive(Debug, Clone, Copy, Default)]
+/// Estimate of the relative measurement noise, from pairs of consecutive
+/// samples at the same N: for a pair (a, b) the relative difference
+/// `d = 2 (b - a) / (a + b)` has standard deviation `sqrt 2 sigma`.
+///
+/// The estimate is robust: the median of `|d|` over the last
+/// `NOISE_PAIRS` pairs, scaled by `1 / (0.6745 sqrt 2)` (for normal noise
+/// the median of `|d|` is `0.6745 sqrt 2 sigma`). One odd pair (a loss
+/// burst at one N) then does not make every later comparison a close call
+/// that is measured three times, as a mean of squares did.
+#[derive(Debug, Clone, Default)]
 struct Noise {
     last: Option<f64>,
-    pairs: u32,
-    sum_sq: f64,
+    /// |d| of the most recent pairs, oldest first.
+    recent: std::collections::VecDeque<f64>,
 }
+
+/// Pairs the noise estimate looks at.
+const NOISE_PAIRS: usize = 16;
 
 impl Noise {
     fn add(&mut self, g: f64) {
         if let Some(a) = self.last {
             let mean = (a + g) / 2.0;
             if mean > 0.0 && mean.is_finite() {
-                let d = (g - a) / mean;
-                self.pairs = self.pairs.saturating_add(1);
-                self.sum_sq += d * d;
+                let d = ((g - a) / mean).abs();
+                if d.is_finite() {
+                    if self.recent.len() == NOISE_PAIRS {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back(d);
+                }
             }
         }
         self.last = Some(g);
@@ -233,7 +246,14 @@ impl Noise {
 
     /// The relative standard deviation, once two pairs have been seen.
     fn estimate(&self) -> Option<f64> {
-        (self.pairs >= 2).then(|| (self.sum_sq / (2.0 * f64::from(self.pairs))).sqrt())
+        if self.recent.len() < 2 {
+            return None;
+        }
+        let mut v: Vec<f64> = self.recent.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        let k = v.len();
+        let median = if k % 2 == 1 { v[k / 2] } else { (v[k / 2 - 1] + v[k / 2]) / 2.0 };
+        Some(median / (0.6745 * std::f64::consts::SQRT_2))
     }
 }
 
@@ -635,6 +655,30 @@ impl Tuner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_odd_pair_does_not_make_the_noise_estimate_large() {
+        let mut noise = Noise::default();
+        assert_eq!(noise.estimate(), None);
+        // A plateau read 956.4 again and again, and once 885.
+        for g in [956.4, 885.5, 956.4, 956.3, 956.4, 956.4, 956.3, 956.5, 956.4] {
+            noise.add(g);
+        }
+        let sigma = noise.estimate().unwrap();
+        assert!(sigma < 0.001, "{sigma}");
+        // Noise everywhere is still seen: +-5 % alternating.
+        let mut noisy = Noise::default();
+        for i in 0..20 {
+            noisy.add(if i % 2 == 0 { 105.0 } else { 95.0 });
+        }
+        let sigma = noisy.estimate().unwrap();
+        assert!(sigma > 0.05 && sigma < 0.15, "{sigma}");
+        // Garbage never panics nor poisons the estimate.
+        for g in [f64::NAN, f64::INFINITY, -1.0, 0.0] {
+            noisy.add(g);
+        }
+        assert!(noisy.estimate().is_some_and(f64::is_finite));
+    }
     use crate::RetuneConfig;
 
     /// A concave G(N) peaking at 6, as in the paper's figures 2 and 3.
