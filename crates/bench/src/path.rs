@@ -50,8 +50,14 @@ impl PathSpec {
             SysctlProfile::Capped(b) => format!("cap{}K", b / 1024),
             SysctlProfile::Keep => "keep".to_string(),
         };
-        let loss = if self.loss > 0.0 { format!("-loss{}", self.loss) } else { String::new() };
-        format!("{}M-{}ms-{buf}-{}{loss}", self.rate_bps / 1_000_000, self.delay_ms, self.congestion)
+        // Loss in parts per million: the label names files, and a dot
+        // ("loss0.0001") would be taken for an extension and cut off, so
+        // two loss levels would write the same plot.
+        let loss =
+            if self.loss > 0.0 { format!("-loss{}ppm", (self.loss * 1e6).round()) } else { String::new() };
+        let label =
+            format!("{}M-{}ms-{buf}-{}{loss}", self.rate_bps / 1_000_000, self.delay_ms, self.congestion);
+        label.replace('.', "p")
     }
 }
 
@@ -464,5 +470,19 @@ impl Drop for BenchPath {
         for (_, child, _) in &mut self.sized {
             stop(child);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathSpec;
+
+    #[test]
+    fn labels_name_files_without_dots() {
+        assert_eq!(PathSpec::new(1000, 50.0).label(), "1000M-50ms-default-cubic");
+        let lossy = |loss| PathSpec { loss, ..PathSpec::new(1000, 50.0) }.label();
+        assert_eq!(lossy(0.0001), "1000M-50ms-default-cubic-loss100ppm");
+        assert_eq!(lossy(0.001), "1000M-50ms-default-cubic-loss1000ppm");
+        assert_eq!(PathSpec::new(900, 2.5).label(), "900M-2p5ms-default-cubic");
     }
 }
