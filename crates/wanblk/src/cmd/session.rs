@@ -129,7 +129,7 @@ pub(crate) struct SessionArgs {
     /// with `auto`. By default `auto` keeps max(2 x goodput x RTT, 64 MiB)
     /// in flight over all sessions together: each session's share is cut
     /// into requests of a power of two between 256 KiB and --request-size,
-    /// at most --requests of them (plus one), so that a session the tuner
+    /// at most --requests of them, so that a session the tuner
     /// deactivates has little left to finish before the next measurement.
     #[arg(long)]
     pub(crate) fixed_requests: bool,
