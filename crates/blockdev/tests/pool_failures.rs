@@ -10,8 +10,13 @@ use wanblk_blockdev::pool::{Pool, PoolConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_session_is_replaced_and_no_data_is_lost() {
-    let flaky = common::Behaviour { fail_after: Some(3), ..Default::default() };
-    let c = common::TestConnector::new(16 << 20, vec![common::Behaviour::default(), flaky]);
+    // Every request takes a little time, so both sessions get work (with
+    // instant requests the first session could drain the queue alone and
+    // the flaky one never reach its fourth request: 1 run in 8 did).
+    let slow = Some(Duration::from_millis(1));
+    let flaky = common::Behaviour { fail_after: Some(3), delay: slow };
+    let steady = common::Behaviour { delay: slow, ..Default::default() };
+    let c = common::TestConnector::new(16 << 20, vec![steady, flaky]);
     let cfg = PoolConfig { initial_sessions: 2, request_size: 64 << 10, depth: 2, ..Default::default() };
     let pool = Pool::open(c.clone(), cfg).await.unwrap();
     let data = common::pattern(8 << 20, 9);
