@@ -242,6 +242,12 @@ const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
 /// How often that wait looks at the sessions.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
+/// Bytes per request and requests per session the pools use now (the
+/// smallest over the pools).
+fn request_shape(pools: &[Arc<Pool>]) -> (u32, usize) {
+    (pools.iter().map(|p| p.split()).min().unwrap_or(0), pools.iter().map(|p| p.depth()).min().unwrap_or(0))
+}
+
 /// Largest smoothed RTT, in seconds, among the active sessions of `pools`.
 fn max_rtt_s(pools: &[Arc<Pool>]) -> f64 {
     pools
@@ -342,7 +348,7 @@ pub async fn run(
             }
             drain_wait_s = began.elapsed().as_secs_f64();
             tracing::debug!(
-                waited_ms = began.elapsed().as_millis() as u64,
+                waited_s = drain_wait_s,
                 still_draining = pools.iter().map(|p| p.draining()).sum::<usize>(),
                 "drain wait after a decrease"
             );
@@ -360,6 +366,7 @@ pub async fn run(
         // A copy between two pools runs at the pace of the slower one.
         let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
         let goodput = transport_rate.unwrap_or(completed_rate);
+        let (request_bytes, depth) = request_shape(&pools);
         let mut sample = IntervalSample {
             t_s: now.duration_since(start).as_secs_f64(),
             n,
@@ -372,8 +379,8 @@ pub async fn run(
             rtt_ms: rtt * 1e3,
             discarded: stopped,
             drain_wait_s,
-            request_bytes: pools.iter().map(|p| p.split()).min().unwrap_or(0),
-            depth: pools.iter().map(|p| p.depth()).min().unwrap_or(0),
+            request_bytes,
+            depth,
         };
         last_t = now;
         last_bytes = bytes;
@@ -399,8 +406,7 @@ pub async fn run(
             *state.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.report());
         }
         fit_depth(n, best_goodput, rtt);
-        sample.request_bytes = pools.iter().map(|p| p.split()).min().unwrap_or(0);
-        sample.depth = pools.iter().map(|p| p.depth()).min().unwrap_or(0);
+        (sample.request_bytes, sample.depth) = request_shape(&pools);
         state.current_n.store(n, std::sync::atomic::Ordering::Relaxed);
         state.samples.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
     }

@@ -606,6 +606,12 @@ impl Shared {
         }
     }
 
+    /// Slot `slot` of `session` may take work: the session is active and
+    /// the slot is within the depth asked for ([`Pool::set_depth`]).
+    fn slot_open(&self, session: &Session, slot: usize) -> bool {
+        session.active.load(Ordering::SeqCst) && slot < self.want_depth.load(Ordering::SeqCst)
+    }
+
     /// Marks the first `want_active` healthy sessions active and the rest
     /// idle, and opens more sessions when there are too few.
     fn rebalance(self: &Arc<Self>) {
@@ -771,7 +777,7 @@ async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usize) {
         if shared.closed.load(Ordering::SeqCst) || session.failed.load(Ordering::SeqCst) {
             return;
         }
-        if !session.active.load(Ordering::SeqCst) || slot >= shared.want_depth.load(Ordering::SeqCst) {
+        if !shared.slot_open(&session, slot) {
             if roles.changed().await.is_err() {
                 return;
             }
@@ -787,10 +793,7 @@ async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usize) {
                 }
             }
         };
-        if !session.active.load(Ordering::SeqCst)
-            || session.failed.load(Ordering::SeqCst)
-            || slot >= shared.want_depth.load(Ordering::SeqCst)
-        {
+        if !shared.slot_open(&session, slot) || session.failed.load(Ordering::SeqCst) {
             if !job.hedge {
                 shared.push(job, true);
             }
