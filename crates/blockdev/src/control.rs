@@ -3,7 +3,7 @@
 //! Every interval the controller reads a byte counter that only grows when
 //! requests *complete* (never on submission), turns the difference into a
 //! goodput sample, and, with a tuner, feeds the sample to
-//! [`wanblk_apt::Tuner`] and applies the answer to every pool with
+//! [`wanblk_tune::Tuner`] and applies the answer to every pool with
 //! [`Pool::set_active`]. Without a tuner it only records samples (fixed N).
 //!
 //! What is counted: a request carries megabytes, so counting only whole
@@ -20,7 +20,7 @@
 //! (Jain's fairness index of their byte shares) and our retransmissions.
 //!
 //! The interval is either fixed (`--interval 2s`) or chosen from the path
-//! by [`wanblk_apt::IntervalPolicy`]: a few round trips of the slowest
+//! by [`wanblk_tune::IntervalPolicy`]: a few round trips of the slowest
 //! active session (RTT from `TCP_INFO`); a sample taken right after N
 //! changed is a warm-up the tuner discards: after an increase as long as
 //! slow start needs to reach the largest window any session has (cwnd x MSS
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::sync::watch;
-use wanblk_apt::{IntervalPolicy, PathSnapshot, Tuner, TunerConfig, TuningReport};
+use wanblk_tune::{IntervalPolicy, PathSnapshot, Tuner, TunerConfig, TuningReport};
 
 use crate::pool::Pool;
 
@@ -272,7 +272,7 @@ pub async fn run(
     config: ControlConfig,
     state: Arc<ControlState>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), wanblk_apt::ConfigError> {
+) -> Result<(), wanblk_tune::ConfigError> {
     let n_max = pools.iter().map(|p| p.max_sessions()).min().unwrap_or(1);
     let mut tuner = match config.tuner {
         Some(mut cfg) => {
@@ -396,7 +396,7 @@ pub async fn run(
             best_goodput = best_goodput.max(goodput);
         }
         if let Some(t) = tuner.as_mut() {
-            let step = t.observe(wanblk_apt::Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
+            let step = t.observe(wanblk_tune::Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
             sample.discarded = step.discarded();
             if step.next_n != n {
                 decreased = step.next_n < n;

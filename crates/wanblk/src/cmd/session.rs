@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use wanblk_apt::{IntervalPolicy, TunerConfig};
 use wanblk_blockdev::control::{ControlConfig, IntervalChoice};
 use wanblk_blockdev::pool::{Hedge, PoolConfig};
+use wanblk_tune::{IntervalPolicy, TunerConfig};
 
 use crate::location::NetOptions;
 use crate::units::parse_size;

@@ -29,13 +29,12 @@
 //! reach it, in ~log2 probes), and re-tuning when the converged goodput
 //! moves.
 //!
-//! Also here: [`IntervalPolicy`] (how long an interval should be),
-//! [`ChunkSizer`] (seed 002's adaptive chunk size), and [`sim`], a
+//! Also here: [`IntervalPolicy`] (how long an interval should be) and [`sim`], a
 //! flow-level bottleneck model that drives the real tuner in simulated time
 //! for tests and benchmarks.
 //!
 //! ```
-//! use wanblk_apt::{Sample, Tuner, TunerConfig};
+//! use wanblk_tune::{Sample, Tuner, TunerConfig};
 //!
 //! let mut tuner = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
 //! // A path whose goodput peaks at 6 sessions.
@@ -48,14 +47,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod chunk;
 mod config;
 mod golden;
 mod interval;
 pub mod sim;
 mod tuner;
 
-pub use chunk::{ChunkConfig, ChunkSizer};
 pub use config::{ConfigError, MAX_SESSIONS, ResampleConfig, RetuneConfig, TunerConfig};
 pub use golden::{Bracket, NU, golden_probe_bound};
 pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};

@@ -50,9 +50,6 @@ pub enum ConfigError {
     /// The resampling margin must be finite and non-negative.
     #[error("resample margin = {0} must be finite and non-negative")]
     BadResampleMargin(f64),
-    /// A [`ChunkConfig`](crate::ChunkConfig) parameter is out of range.
-    #[error("chunk sizer: {0}")]
-    BadChunk(&'static str),
 }
 
 /// When to start searching again after convergence (not in the paper, which

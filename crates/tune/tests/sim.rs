@@ -1,10 +1,10 @@
-//! The tuner against the flow model of `wanblk_apt::sim`, in simulated time.
+//! The tuner against the flow model of `wanblk_tune::sim`, in simulated time.
 //!
-//! `cargo test -p wanblk-apt --release grid -- --nocapture` prints the
+//! `cargo test -p wanblk-tune --release grid -- --nocapture` prints the
 //! convergence table of the (capacity, RTT, window) grid.
 
-use wanblk_apt::sim::{Bench, BenchConfig, FlowModel, PathModel, RunSummary, best_fixed};
-use wanblk_apt::{Phase, TunerConfig};
+use wanblk_tune::sim::{Bench, BenchConfig, FlowModel, PathModel, RunSummary, best_fixed};
+use wanblk_tune::{Phase, TunerConfig};
 
 const N_MAX: usize = 128;
 

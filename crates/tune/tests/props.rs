@@ -1,7 +1,7 @@
 //! Property tests: any input, any valid configuration.
 
 use proptest::prelude::*;
-use wanblk_apt::{
+use wanblk_tune::{
     Phase, ResampleConfig, RetuneConfig, Sample, SampleUse, Tuner, TunerConfig, golden_probe_bound,
 };
 
