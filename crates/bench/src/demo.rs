@@ -1,4 +1,4 @@
-//! `wanblk demo`: the embedded target behind an emulated long-fat path
+//! `wanblk-bench demo`: the embedded target behind an emulated long-fat path
 //! (1 Gbit/s, 50 ms each way, one BDP of queue, distribution-default socket
 //! buffers), the raw link measured by iperf3, then one session against
 //! `--connections auto`, with a table and a plot of goodput and N over time.
@@ -109,7 +109,7 @@ fn write_outputs(
     let stem = opts.out_dir.join("goodput");
     crate::plot::write(
         &Chart {
-            title: "wanblk demo: goodput and active sessions over time".into(),
+            title: "wanblk-bench demo: goodput and active sessions over time".into(),
             x_label: "seconds".into(),
             y_label: "goodput (Mbit/s)".into(),
             log_x: false,
@@ -133,7 +133,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
         None => {
             let spec = PathSpec::new(opts.rate_mbps, opts.delay_ms);
             println!(
-                "wanblk demo: emulated path {} Mbit/s, {} ms one way ({} ms RTT), queue 1 BDP, socket buffers 6 MB / 4 MB, cubic",
+                "wanblk-bench demo: emulated path {} Mbit/s, {} ms one way ({} ms RTT), queue 1 BDP, socket buffers 6 MB / 4 MB, cubic",
                 opts.rate_mbps,
                 opts.delay_ms,
                 2.0 * opts.delay_ms
@@ -159,7 +159,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
         }
         Some(why) => {
             println!(
-                "wanblk demo: {why}; falling back to loopback (no emulated WAN: figures are local, not long-fat)"
+                "wanblk-bench demo: {why}; falling back to loopback (no emulated WAN: figures are local, not long-fat)"
             );
             ceiling = None;
             runs.extend(loopback(exe, opts)?);

@@ -1,6 +1,8 @@
 //! Benchmarks on wanblk's own emulated long-fat network: wanblk against
 //! nbdcopy against the raw link (iperf3), side by side in one run, written
-//! as CSV and plots.
+//! as CSV and plots. The `wanblk-bench` program (`src/main.rs`: `demo`
+//! and `run --profile ...`) is its command line; it runs the `wanblk`
+//! binary as a subprocess, so the product never links this crate.
 //!
 //! - [`path`]: one emulated path with the embedded target behind it, and
 //!   the measured runners (`wanblk copy`, `nbdcopy`, `iperf3`).

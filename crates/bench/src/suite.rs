@@ -1,4 +1,4 @@
-//! The benchmark suite behind `wanblk bench`: the seeds' experiments on
+//! The benchmark suite behind `wanblk-bench run`: the seeds' experiments on
 //! wanblk's own emulated path, with the raw link (iperf3) and nbdcopy
 //! measured side by side in the same run, written as CSV, plots and
 //! Markdown tables.
@@ -707,7 +707,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
     }
     rec.flush()?;
     let mut md = String::from(
-        "# wanblk bench results (generated)\n\nEvery row measured in one run of `wanblk bench`; see runs.csv for all fields.\n",
+        "# wanblk-bench results (generated)\n\nEvery row measured in one run of `wanblk-bench run`; see runs.csv for all fields.\n",
     );
     md += &tables(&rec.rows);
     if !rec.failures.is_empty() {

@@ -26,10 +26,6 @@ struct Cli {
 enum Command {
     /// Copy a disk or image between any two endpoints (backup, restore, target to target).
     Copy(cmd::copy::Args),
-    /// Show wanblk on an emulated long-fat network: one session vs tuned N.
-    Demo(cmd::demo::Args),
-    /// Benchmark wanblk against nbdcopy and the raw link on emulated paths.
-    Bench(cmd::bench::Args),
     /// Serve a memory- or file-backed export over NBD (the embedded target).
     Target(cmd::target::Args),
     /// Serve a remote store to local NBD clients through N tuned sessions (the block device front end).
@@ -47,8 +43,6 @@ fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Copy(a) => cmd::copy::run(a),
-        Command::Demo(a) => cmd::demo::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
         Command::Target(a) => cmd::target::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Netem(c) => cmd::netem::run(c),

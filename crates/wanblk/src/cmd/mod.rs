@@ -1,8 +1,6 @@
 //! One module per subcommand.
 
-pub(crate) mod bench;
 pub(crate) mod copy;
-pub(crate) mod demo;
 pub(crate) mod netem;
 pub(crate) mod serve;
 pub(crate) mod session;
