@@ -193,6 +193,14 @@ pub const MAX_OPTION_PAYLOAD: u32 = 64 * 1024;
 pub const MAX_STRING: usize = 4096;
 /// Largest block status chunk the spec lets a server send (2^20 extents).
 pub const MAX_BLOCK_STATUS_CHUNK: u32 = 4 + 8 * (1 << 20);
+/// Structured reply chunks every request may have on top of the ones its
+/// length allows (errors, a hole and data at either end, block status).
+pub const CHUNK_ALLOWANCE: u32 = 16;
+/// A reply may have one more chunk per this many bytes of the request: a
+/// server splitting a read at 512-byte extents stays within the bound, a
+/// server sending one-byte chunks does not (see
+/// [`max_reply_chunks`](crate::client::max_reply_chunks)).
+pub const MIN_AVERAGE_CHUNK: u32 = 512;
 /// Size of a request header.
 pub const REQUEST_HEADER_LEN: usize = 28;
 /// Size of a simple reply header.

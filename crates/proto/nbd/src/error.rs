@@ -57,6 +57,24 @@ pub enum ProtocolError {
         /// Request length.
         req_length: u32,
     },
+    /// More structured reply chunks for one request than its length allows
+    /// (memory stays proportional to the request).
+    #[error(
+        "reply to {command} of {length} bytes (cookie {cookie:#x}) has more than {max} chunks \
+         (accepted: {} plus one per {} bytes requested)",
+        crate::consts::CHUNK_ALLOWANCE,
+        crate::consts::MIN_AVERAGE_CHUNK
+    )]
+    TooManyChunks {
+        /// The request's cookie.
+        cookie: u64,
+        /// The request's command.
+        command: Command,
+        /// The request's length.
+        length: u32,
+        /// The bound ([`max_reply_chunks`](crate::client::max_reply_chunks)).
+        max: u32,
+    },
     /// Two read chunks cover the same bytes.
     #[error("chunk at offset {0} overlaps an earlier chunk")]
     OverlappingChunk(u64),

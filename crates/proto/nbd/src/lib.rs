@@ -22,14 +22,19 @@
 //! - [`wire`]: every wire type, each implementing the one [`Codec`] trait;
 //!   decoders return a typed [`DecodeError`] for malformed input and bound
 //!   every length they allocate from.
-//! - [`client`]: fixed-newstyle handshake (NBD_OPT_STRUCTURED_REPLY,
-//!   NBD_OPT_SET_META_CONTEXT `base:allocation`, NBD_OPT_GO with
-//!   NBD_INFO_BLOCK_SIZE, falling back to NBD_OPT_EXPORT_NAME; NBD_OPT_INFO,
-//!   NBD_OPT_LIST, NBD_OPT_ABORT), then transmission: requests tracked by
-//!   cookie, every reply validated against its request.
+//! - [`client`]: the client in two parts, `client::handshake` (fixed-newstyle
+//!   negotiation: NBD_OPT_STRUCTURED_REPLY, NBD_OPT_SET_META_CONTEXT
+//!   `base:allocation`, NBD_OPT_GO with NBD_INFO_BLOCK_SIZE, falling back to
+//!   NBD_OPT_EXPORT_NAME; NBD_OPT_INFO, NBD_OPT_LIST, NBD_OPT_ABORT) and
+//!   `client::transmission` (requests tracked by cookie, every reply
+//!   validated against its request, at most
+//!   [`max_reply_chunks`](client::max_reply_chunks) chunks per reply so
+//!   memory stays proportional to the request).
 //! - [`server`]: the handshake answered from a list of exports, requests
 //!   decoded and checked against the export, replies encoded simple or
 //!   structured.
+//! - Both machines queue their output in one queue type (`output`): small
+//!   frames coalesced, large payloads handed out as their own segments.
 //!
 //! The spec is `doc/proto.md` of the NetworkBlockDevice project; section
 //! names in the docs here refer to it. Extended headers and TLS are not
@@ -40,16 +45,15 @@ pub mod client;
 pub mod codec;
 pub mod consts;
 pub mod error;
+mod output;
 pub mod server;
 pub mod wire;
 
 #[cfg(test)]
 mod tests;
 
-pub use client::{
-    BlockSizes, Client, ClientConfig, Event, Goal, Negotiated, Reply, ReplyData, Request, ServerError,
-};
+pub use client::{Client, ClientConfig, Event, Goal, Negotiated, Reply, ReplyData, Request, ServerError};
 pub use codec::{Codec, DecodeError, Reader};
 pub use error::{ClientError, ProtocolError, RequestError};
 pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest};
-pub use wire::{BlockDescriptor, Command, NbdError};
+pub use wire::{BlockDescriptor, BlockSizes, Command, NbdError};

@@ -12,10 +12,10 @@ use std::collections::VecDeque;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::client::BlockSizes;
 use crate::codec::{Codec, Reader};
 use crate::consts::*;
 use crate::error::ProtocolError;
+use crate::output::OutQueue;
 use crate::wire::*;
 
 /// Context id this server gives `base:allocation`.
@@ -99,16 +99,26 @@ pub enum ReadChunk {
     Hole(u64, u32),
 }
 
-/// Server phases (spec "Handshake" -> "Option haggling" -> "Transmission").
+/// Server phases (spec "Protocol phases": "Handshake" -> "Transmission").
 #[derive(Debug)]
 enum Phase {
-    /// Greeting sent, waiting for the client flags (spec "Client flags").
+    /// Greeting sent, waiting for the client flags (spec "Newstyle
+    /// negotiation", "Fixed newstyle negotiation").
     ClientFlags,
-    /// Option haggling; `discard` bytes of an oversized option are skipped.
-    Options { discard: u64 },
-    /// Transmission on an export.
-    Transmission { export: usize },
-    /// Closed (after DISC, ABORT, or a fatal error).
+    /// Option haggling (spec "Option haggling", "Option types");
+    /// `discard` bytes of an oversized option are skipped.
+    Options {
+        /// Bytes of an oversized option still to skip.
+        discard: u64,
+    },
+    /// Transmission on an export (spec "Transmission", "Request message").
+    Transmission {
+        /// Index of the export in the configuration.
+        export: usize,
+    },
+    /// Closed after NBD_CMD_DISC, NBD_OPT_ABORT or a fatal error (spec
+    /// "Termination of the session during option haggling", "Terminating
+    /// the transmission phase").
     Closed,
 }
 
@@ -123,8 +133,7 @@ pub struct Server {
     meta_for: Option<String>,
     base_allocation: bool,
     inbuf: BytesMut,
-    out_hdr: BytesMut,
-    out: VecDeque<Bytes>,
+    out: OutQueue,
     events: VecDeque<ServerEvent>,
     wanted: usize,
 }
@@ -140,12 +149,11 @@ impl Server {
             meta_for: None,
             base_allocation: false,
             inbuf: BytesMut::new(),
-            out_hdr: BytesMut::new(),
-            out: VecDeque::new(),
+            out: OutQueue::default(),
             events: VecDeque::new(),
             wanted: 4,
         };
-        Greeting::Newstyle { flags: FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES }.encode(&mut s.out_hdr);
+        s.out.frame(|b| Greeting::Newstyle { flags: FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES }.encode(b));
         s
     }
 
@@ -202,19 +210,19 @@ impl Server {
 
     /// The next segment to send.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        if self.out.is_empty() && !self.out_hdr.is_empty() {
-            return Some(self.out_hdr.split().freeze());
-        }
-        let seg = self.out.pop_front();
-        if seg.is_some() && self.out.is_empty() && !self.out_hdr.is_empty() {
-            self.out.push_back(self.out_hdr.split().freeze());
-        }
-        seg
+        self.out.poll()
     }
 
     /// Whether [`Server::poll_transmit`] has something.
     pub fn has_transmit(&self) -> bool {
-        !self.out.is_empty() || !self.out_hdr.is_empty()
+        !self.out.is_empty()
+    }
+
+    /// Bytes queued for the client and not yet taken by
+    /// [`Server::poll_transmit`] (a driver stops reading requests above its
+    /// limit, so a client that does not read its replies cannot grow it).
+    pub fn queued_bytes(&self) -> usize {
+        self.out.len()
     }
 
     /// The next event.
@@ -232,23 +240,9 @@ impl Server {
         matches!(self.phase, Phase::Closed)
     }
 
-    fn push_data(&mut self, data: Bytes) {
-        if data.is_empty() {
-            return;
-        }
-        if data.len() <= 512 {
-            self.out_hdr.put_slice(&data);
-            return;
-        }
-        if !self.out_hdr.is_empty() {
-            self.out.push_back(self.out_hdr.split().freeze());
-        }
-        self.out.push_back(data);
-    }
-
     /// Answers a request without data: success.
     pub fn reply_ok(&mut self, cookie: u64) {
-        SimpleReplyHeader { error: 0, cookie }.encode(&mut self.out_hdr);
+        self.out.frame(|b| SimpleReplyHeader { error: 0, cookie }.encode(b));
     }
 
     /// Answers a request with an error (a structured ERROR chunk when
@@ -259,11 +253,13 @@ impl Server {
             let e = ErrorChunk { error: error.code(), message: truncate(message).to_string() };
             let mut p = BytesMut::new();
             e.encode(&mut p);
-            ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::ERROR, cookie, length: p.len() as u32 }
-                .encode(&mut self.out_hdr);
-            self.out_hdr.put_slice(&p);
+            self.out.frame(|b| {
+                ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::ERROR, cookie, length: p.len() as u32 }
+                    .encode(b)
+            });
+            self.out.put_slice(&p);
         } else {
-            SimpleReplyHeader { error: error.code(), cookie }.encode(&mut self.out_hdr);
+            self.out.frame(|b| SimpleReplyHeader { error: error.code(), cookie }.encode(b));
         }
     }
 
@@ -271,18 +267,20 @@ impl Server {
     /// simple reply). The data is sent as its own segment, not copied.
     pub fn reply_read(&mut self, cookie: u64, offset: u64, data: Bytes) {
         if self.structured {
-            ChunkHeader {
-                flags: REPLY_FLAG_DONE,
-                kind: chunk::OFFSET_DATA,
-                cookie,
-                length: 8 + data.len() as u32,
-            }
-            .encode(&mut self.out_hdr);
-            self.out_hdr.put_u64(offset);
+            self.out.frame(|b| {
+                ChunkHeader {
+                    flags: REPLY_FLAG_DONE,
+                    kind: chunk::OFFSET_DATA,
+                    cookie,
+                    length: 8 + data.len() as u32,
+                }
+                .encode(b)
+            });
+            self.out.put_slice(&offset.to_be_bytes());
         } else {
-            SimpleReplyHeader { error: 0, cookie }.encode(&mut self.out_hdr);
+            self.out.frame(|b| SimpleReplyHeader { error: 0, cookie }.encode(b));
         }
-        self.push_data(data);
+        self.out.payload(data);
     }
 
     /// Answers a read with data and hole chunks (structured replies), which
@@ -305,29 +303,33 @@ impl Server {
                     ReadChunk::Hole(_, l) => out.put_bytes(0, l as usize),
                 }
             }
-            SimpleReplyHeader { error: 0, cookie }.encode(&mut self.out_hdr);
-            self.push_data(out.freeze());
+            self.out.frame(|b| SimpleReplyHeader { error: 0, cookie }.encode(b));
+            self.out.payload(out.freeze());
             return;
         }
         let n = chunks.len();
         if n == 0 {
-            ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::NONE, cookie, length: 0 }
-                .encode(&mut self.out_hdr);
+            self.out.frame(|b| {
+                ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::NONE, cookie, length: 0 }.encode(b)
+            });
             return;
         }
         for (i, c) in chunks.into_iter().enumerate() {
             let flags = if i + 1 == n { REPLY_FLAG_DONE } else { 0 };
             match c {
                 ReadChunk::Data(offset, data) => {
-                    ChunkHeader { flags, kind: chunk::OFFSET_DATA, cookie, length: 8 + data.len() as u32 }
-                        .encode(&mut self.out_hdr);
-                    self.out_hdr.put_u64(offset);
-                    self.push_data(data);
+                    self.out.frame(|b| {
+                        ChunkHeader { flags, kind: chunk::OFFSET_DATA, cookie, length: 8 + data.len() as u32 }
+                            .encode(b)
+                    });
+                    self.out.put_slice(&offset.to_be_bytes());
+                    self.out.payload(data);
                 }
                 ReadChunk::Hole(offset, length) => {
-                    ChunkHeader { flags, kind: chunk::OFFSET_HOLE, cookie, length: 12 }
-                        .encode(&mut self.out_hdr);
-                    OffsetHole { offset, length }.encode(&mut self.out_hdr);
+                    self.out.frame(|b| {
+                        ChunkHeader { flags, kind: chunk::OFFSET_HOLE, cookie, length: 12 }.encode(b)
+                    });
+                    self.out.frame(|b| OffsetHole { offset, length }.encode(b));
                 }
             }
         }
@@ -339,9 +341,11 @@ impl Server {
         let s = BlockStatusChunk { context: BASE_ALLOCATION_ID, descriptors };
         let mut p = BytesMut::new();
         s.encode(&mut p);
-        ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::BLOCK_STATUS, cookie, length: p.len() as u32 }
-            .encode(&mut self.out_hdr);
-        self.out_hdr.put_slice(&p);
+        self.out.frame(|b| {
+            ChunkHeader { flags: REPLY_FLAG_DONE, kind: chunk::BLOCK_STATUS, cookie, length: p.len() as u32 }
+                .encode(b)
+        });
+        self.out.put_slice(&p);
     }
 
     fn on_client_flags(&mut self, buf: &mut BytesMut) -> Result<bool, ProtocolError> {
@@ -361,8 +365,8 @@ impl Server {
     }
 
     fn option_reply(&mut self, option: u32, reply: u32, data: &[u8]) {
-        OptionReplyHeader { option, reply, length: data.len() as u32 }.encode(&mut self.out_hdr);
-        self.out_hdr.put_slice(data);
+        self.out.frame(|b| OptionReplyHeader { option, reply, length: data.len() as u32 }.encode(b));
+        self.out.put_slice(data);
     }
 
     fn option_error(&mut self, option: u32, reply: u32, message: &str) {
@@ -415,10 +419,11 @@ impl Server {
                 match self.find_export(&name) {
                     Some(i) => {
                         let e = &self.cfg.exports[i];
-                        ExportNameReply { size: e.size, flags: e.flags | tflags::HAS_FLAGS }
-                            .encode(&mut self.out_hdr);
+                        self.out.frame(|b| {
+                            ExportNameReply { size: e.size, flags: e.flags | tflags::HAS_FLAGS }.encode(b)
+                        });
                         if !self.no_zeroes {
-                            self.out_hdr.put_bytes(0, 124);
+                            self.out.put_slice(&[0; 124]);
                         }
                         self.enter_transmission(i);
                     }

@@ -543,6 +543,41 @@ fn hostile_replies_are_typed_errors() {
 }
 
 #[test]
+fn one_byte_read_chunks_hit_the_chunk_bound_before_their_payload_is_buffered() {
+    let mut c = scripted_client();
+    let length = 64 * 1024;
+    let k = c.send_request(Request::Read { offset: 0, length }).unwrap();
+    let max = max_reply_chunks(length);
+    assert_eq!(max, CHUNK_ALLOWANCE + length / MIN_AVERAGE_CHUNK);
+    let mut input = Vec::new();
+    for i in 0..u64::from(max) {
+        input.extend(chunk(0, chunk::OFFSET_DATA, k, &data_payload(i, &[0xa5])));
+    }
+    c.handle_input(&input).unwrap();
+    assert_eq!(c.in_flight(), 1);
+    // The next chunk header alone is refused: its payload is never waited for.
+    let next = chunk(0, chunk::OFFSET_DATA, k, &data_payload(u64::from(max), &[0xa5]));
+    let e = expect_err(&mut c, &next[..STRUCTURED_REPLY_HEADER_LEN]);
+    assert_eq!(e, ProtocolError::TooManyChunks { cookie: k, command: Command::Read, length, max });
+    let msg = e.to_string();
+    assert!(msg.contains("more than 144 chunks") && msg.contains("one per 512 bytes"), "{msg}");
+}
+
+#[test]
+fn error_and_none_chunks_count_towards_the_bound() {
+    let mut c = scripted_client();
+    let k = c.send_request(Request::Read { offset: 0, length: 1 }).unwrap();
+    let e = ErrorChunk { error: 5, message: String::new() }.to_bytes();
+    for _ in 0..max_reply_chunks(1) {
+        c.handle_input(&chunk(0, chunk::ERROR, k, &e)).unwrap();
+    }
+    assert!(matches!(
+        expect_err(&mut c, &chunk(1, chunk::NONE, k, b"")),
+        ProtocolError::TooManyChunks { .. }
+    ));
+}
+
+#[test]
 fn error_chunks_become_server_errors() {
     let mut c = scripted_client();
     let k = c.send_request(Request::Read { offset: 100, length: 10 }).unwrap();
@@ -735,6 +770,50 @@ proptest! {
             if c.handle_input(&chunk(flags, kind, cookie, &payload)).is_err() { break; }
         }
         while c.poll_event().is_some() {}
+    }
+
+    /// A read answered in any number of data and hole chunks, in any order:
+    /// accepted with the right bytes exactly when the count is within
+    /// [`max_reply_chunks`], a typed error otherwise.
+    #[test]
+    fn read_replies_in_many_chunks_are_bounded(
+        length in 1u32..=16384,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..200),
+        holes in prop::collection::vec(any::<bool>(), 200),
+        order in any::<prop::sample::Index>(),
+    ) {
+        let mut c = scripted_client();
+        let k = c.send_request(Request::Read { offset: 4096, length }).unwrap();
+        let mut bounds: Vec<u32> = cuts.iter().map(|i| i.index(length as usize) as u32).filter(|&x| x > 0).collect();
+        bounds.push(0);
+        bounds.push(length);
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut pieces: Vec<(u32, u32, bool)> = bounds.windows(2).enumerate().map(|(i, w)| (w[0], w[1], holes[i % holes.len()])).collect();
+        let n = pieces.len();
+        pieces.rotate_left(order.index(n));
+        let mut expected = vec![0u8; length as usize];
+        let mut input = Vec::new();
+        for (i, (start, end, hole)) in pieces.iter().copied().enumerate() {
+            let flags = if i + 1 == n { REPLY_FLAG_DONE } else { 0 };
+            let offset = 4096 + u64::from(start);
+            if hole {
+                input.extend(chunk(flags, chunk::OFFSET_HOLE, k, &OffsetHole { offset, length: end - start }.to_bytes()));
+            } else {
+                let data: Vec<u8> = (start..end).map(|x| (x % 251) as u8 + 1).collect();
+                expected[start as usize..end as usize].copy_from_slice(&data);
+                input.extend(chunk(flags, chunk::OFFSET_DATA, k, &data_payload(offset, &data)));
+            }
+        }
+        let r = c.handle_input(&input);
+        if n as u32 <= max_reply_chunks(length) {
+            prop_assert!(r.is_ok(), "{:?}", r);
+            let Some(Event::Reply(reply)) = c.poll_event() else { panic!("no reply") };
+            prop_assert_eq!(reply.result, Ok(ReplyData::Read(Bytes::from(expected))));
+        } else {
+            let is_too_many = matches!(r, Err(ClientError::Protocol(ProtocolError::TooManyChunks { .. })));
+            prop_assert!(is_too_many, "{:?}", r);
+        }
     }
 
     #[test]

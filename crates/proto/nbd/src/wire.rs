@@ -190,6 +190,20 @@ impl Codec for InfoRequest {
     }
 }
 
+/// Block size constraints (spec "Block size constraints"): what
+/// NBD_INFO_BLOCK_SIZE carries, or the spec's defaults when a server does
+/// not send it. The client's [`Negotiated`](crate::Negotiated) caps the
+/// maximum at its own limit; the server advertises and enforces them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSizes {
+    /// Minimum block size (alignment of every request).
+    pub minimum: u32,
+    /// Preferred block size.
+    pub preferred: u32,
+    /// Maximum payload of a read or write.
+    pub maximum: u32,
+}
+
 /// One NBD_REP_INFO payload (spec "NBD_OPT_INFO and NBD_OPT_GO").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Info {

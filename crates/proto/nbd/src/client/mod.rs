@@ -1,0 +1,419 @@
+//! The client side, in two parts with one output queue:
+//!
+//! - [`handshake`](self::handshake): the greeting and option haggling
+//!   (spec "Handshake": "Newstyle negotiation", "Fixed newstyle
+//!   negotiation", "Option haggling");
+//! - [`transmission`](self::transmission): requests, simple and structured
+//!   replies (spec "Transmission").
+//!
+//! [`Client`] holds the phase ([`Phase`]: one variant per protocol phase) and
+//! hands input to the part in charge. Bytes from the server go in through
+//! [`Client::handle_input`] (copying) or [`Client::handle_input_buf`]
+//! (zero-copy: complete frames are split off the caller's buffer and read
+//! data is handed out as [`Bytes`] slices of it). Bytes for the server come
+//! out of [`Client::poll_transmit`] as segments to write in order (a large
+//! WRITE payload is its own segment, never copied), and what happened comes
+//! out of [`Client::poll_event`].
+
+mod handshake;
+mod transmission;
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+
+use self::handshake::{Handshake, Progress};
+use self::transmission::Transmission;
+pub use self::transmission::max_reply_chunks;
+use crate::codec::Codec;
+use crate::consts::*;
+use crate::error::{ClientError, RequestError};
+use crate::output::OutQueue;
+pub use crate::wire::BlockSizes;
+use crate::wire::{BlockDescriptor, Command, NbdError, ServerReply};
+
+/// What the client handshake is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Enter transmission with NBD_OPT_GO (falling back to NBD_OPT_EXPORT_NAME).
+    Go,
+    /// Query the export with NBD_OPT_INFO, then NBD_OPT_ABORT.
+    Info,
+    /// List exports with NBD_OPT_LIST, then NBD_OPT_ABORT.
+    List,
+}
+
+/// Client configuration.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Export name ("" is the server's default export).
+    pub export_name: String,
+    /// Ask for structured replies (NBD_OPT_STRUCTURED_REPLY).
+    pub structured_replies: bool,
+    /// Ask for the `base:allocation` metadata context (needs structured replies).
+    pub block_status: bool,
+    /// The largest read/write payload this side will use, whatever the
+    /// server allows (the spec's never-a-DoS size by default, 32 MiB).
+    pub max_payload: u32,
+    /// What the handshake is for.
+    pub goal: Goal,
+    /// Send NBD_OPT_STRUCTURED_REPLY, NBD_OPT_SET_META_CONTEXT and
+    /// NBD_OPT_GO/INFO back to back and read their replies in order, instead
+    /// of waiting a round trip for each (2 fewer round trips per connection
+    /// on a long-fat network). Servers read options one at a time, so this
+    /// is safe; turn it off for a server that is not.
+    pub pipeline_options: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            export_name: String::new(),
+            structured_replies: true,
+            block_status: true,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            goal: Goal::Go,
+            pipeline_options: true,
+        }
+    }
+}
+
+/// What the handshake agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The export name used.
+    pub export_name: String,
+    /// Export size in bytes.
+    pub size: u64,
+    /// Transmission flags (`tflags::*`).
+    pub flags: u16,
+    /// Block size constraints.
+    pub block_sizes: BlockSizes,
+    /// Whether the server sent NBD_INFO_BLOCK_SIZE.
+    pub block_sizes_from_server: bool,
+    /// Structured replies are in use.
+    pub structured_replies: bool,
+    /// Context id of `base:allocation`, if negotiated.
+    pub base_allocation: Option<u32>,
+    /// The server did not support NBD_OPT_GO and NBD_OPT_EXPORT_NAME was used.
+    pub used_export_name: bool,
+    /// The server spoke oldstyle negotiation.
+    pub oldstyle: bool,
+    /// Export description, if the server sent one.
+    pub description: Option<String>,
+}
+
+impl Negotiated {
+    /// Whether transmission flag `flag` is set.
+    pub fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The export is read-only.
+    pub fn read_only(&self) -> bool {
+        self.has(tflags::READ_ONLY)
+    }
+}
+
+/// A request to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// NBD_CMD_READ.
+    Read {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+    },
+    /// NBD_CMD_WRITE.
+    Write {
+        /// Offset.
+        offset: u64,
+        /// Payload (sent as its own transmit segment).
+        data: Bytes,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_FLUSH.
+    Flush,
+    /// NBD_CMD_TRIM.
+    Trim {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_WRITE_ZEROES.
+    WriteZeroes {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_NO_HOLE: the server must not punch a hole.
+        no_hole: bool,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_BLOCK_STATUS for `base:allocation`.
+    BlockStatus {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_REQ_ONE.
+        req_one: bool,
+    },
+}
+
+/// An error the server returned for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    /// The error number.
+    pub error: NbdError,
+    /// The server's message (structured replies only; may be empty).
+    pub message: String,
+    /// Where the error occurred (NBD_REPLY_TYPE_ERROR_OFFSET).
+    pub offset: Option<u64>,
+}
+
+/// The successful result of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyData {
+    /// A command without reply data.
+    None,
+    /// A read's data, exactly the requested length (holes zero-filled).
+    Read(Bytes),
+    /// Block status descriptors for `base:allocation`, starting at the request offset.
+    BlockStatus(Vec<BlockDescriptor>),
+}
+
+/// A complete reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The request's cookie.
+    pub cookie: u64,
+    /// The request's command.
+    pub command: Command,
+    /// The request's offset.
+    pub offset: u64,
+    /// The request's length.
+    pub length: u32,
+    /// The outcome.
+    pub result: Result<ReplyData, ServerError>,
+}
+
+/// What the client reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake finished and transmission began ([`Goal::Go`]).
+    Ready(Negotiated),
+    /// The export's information ([`Goal::Info`]); the client sent NBD_OPT_ABORT.
+    Info(Negotiated),
+    /// The server's exports ([`Goal::List`]); the client sent NBD_OPT_ABORT.
+    Exports(Vec<ServerReply>),
+    /// A request completed.
+    Reply(Reply),
+}
+
+/// The connection's phases (spec "Protocol phases").
+#[derive(Debug)]
+enum Phase {
+    /// Greeting and option haggling (spec "Handshake").
+    Handshake(Handshake),
+    /// Requests and replies (spec "Transmission").
+    Transmission(Transmission),
+    /// NBD_OPT_ABORT sent after NBD_OPT_INFO/LIST (spec "Termination of the
+    /// session during option haggling"); input is ignored.
+    Closed,
+    /// A fatal error happened; the error is repeated on further input.
+    Failed(ClientError),
+}
+
+/// The NBD client state machine.
+#[derive(Debug)]
+pub struct Client {
+    phase: Phase,
+    inbuf: BytesMut,
+    out: OutQueue,
+    events: VecDeque<Event>,
+}
+
+impl Client {
+    /// A client that waits for the server's greeting.
+    pub fn new(cfg: ClientConfig) -> Self {
+        Client {
+            phase: Phase::Handshake(Handshake::new(cfg)),
+            inbuf: BytesMut::new(),
+            out: OutQueue::default(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Feeds bytes received from the server (copied into an internal buffer).
+    ///
+    /// # Errors
+    /// The first fatal error; the same error is returned for any later input.
+    pub fn handle_input(&mut self, data: &[u8]) -> Result<(), ClientError> {
+        let mut buf = std::mem::take(&mut self.inbuf);
+        buf.extend_from_slice(data);
+        let r = self.handle_input_buf(&mut buf);
+        self.inbuf = buf;
+        r
+    }
+
+    /// Consumes every complete frame at the front of `buf`, leaving a partial
+    /// frame in place for the next call. Read data is split off `buf` without
+    /// copying. Use [`Client::bytes_wanted`] to size the next read.
+    ///
+    /// # Errors
+    /// The first fatal error; the same error is returned for any later input.
+    pub fn handle_input_buf(&mut self, buf: &mut BytesMut) -> Result<(), ClientError> {
+        if let Phase::Failed(e) = &self.phase {
+            return Err(e.clone());
+        }
+        loop {
+            match self.step(buf) {
+                Ok(true) => continue,
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    self.phase = Phase::Failed(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// How many bytes the frame being received needs in total, to size
+    /// buffer reservations.
+    pub fn bytes_wanted(&self) -> usize {
+        match &self.phase {
+            Phase::Handshake(h) => h.wanted,
+            Phase::Transmission(t) => t.wanted,
+            Phase::Closed | Phase::Failed(_) => 1,
+        }
+    }
+
+    /// The next segment of bytes to send to the server.
+    pub fn poll_transmit(&mut self) -> Option<Bytes> {
+        self.out.poll()
+    }
+
+    /// Whether [`Client::poll_transmit`] has something.
+    pub fn has_transmit(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Bytes queued for the server and not yet taken by [`Client::poll_transmit`].
+    pub fn queued_bytes(&self) -> usize {
+        self.out.len()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The handshake result, once in transmission.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        match &self.phase {
+            Phase::Transmission(t) => Some(&t.neg),
+            _ => None,
+        }
+    }
+
+    /// Requests whose reply has not completed.
+    pub fn in_flight(&self) -> usize {
+        match &self.phase {
+            Phase::Transmission(t) => t.in_flight(),
+            _ => 0,
+        }
+    }
+
+    /// Whether the connection is usable for requests.
+    pub fn is_transmission(&self) -> bool {
+        matches!(self.phase, Phase::Transmission(_))
+    }
+
+    /// The fatal error, if one happened.
+    pub fn error(&self) -> Option<&ClientError> {
+        match &self.phase {
+            Phase::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Queues a request and returns its cookie.
+    ///
+    /// # Errors
+    /// [`RequestError`] if the request is refused locally (not connected,
+    /// read-only, unsupported, out of range, above the maximum payload,
+    /// misaligned); nothing is sent then.
+    pub fn send_request(&mut self, req: Request) -> Result<u64, RequestError> {
+        let t = match &mut self.phase {
+            Phase::Transmission(t) => t,
+            Phase::Failed(_) => return Err(RequestError::NotReady("connection failed")),
+            Phase::Closed => return Err(RequestError::NotReady("connection closed")),
+            Phase::Handshake(_) => return Err(RequestError::NotReady("handshake not finished")),
+        };
+        let (hdr, data) = t.prepare(req)?;
+        self.out.frame(|b| hdr.encode(b));
+        if let Some(data) = data {
+            self.out.payload(data);
+        }
+        Ok(hdr.cookie)
+    }
+
+    /// Queues NBD_CMD_DISC; no request may follow. Replies to requests in
+    /// flight are still processed (send this once they completed).
+    ///
+    /// # Errors
+    /// [`RequestError::NotReady`] outside transmission.
+    pub fn disconnect(&mut self) -> Result<(), RequestError> {
+        match &mut self.phase {
+            Phase::Transmission(t) => {
+                if let Some(hdr) = t.disconnect() {
+                    self.out.frame(|b| hdr.encode(b));
+                }
+                Ok(())
+            }
+            _ => Err(RequestError::NotReady("not in transmission")),
+        }
+    }
+
+    /// Cookies, offsets and commands of every request still in flight (for
+    /// failing them when the connection dies).
+    pub fn pending(&self) -> Vec<(u64, Command, u64)> {
+        match &self.phase {
+            Phase::Transmission(t) => t.pending(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// One step: consumes one frame if complete. Ok(false) when more input is needed.
+    fn step(&mut self, buf: &mut BytesMut) -> Result<bool, ClientError> {
+        match &mut self.phase {
+            Phase::Handshake(h) => match h.step(buf, &mut self.out, &mut self.events)? {
+                Progress::Continue => Ok(true),
+                Progress::Wait => Ok(false),
+                Progress::Ready(neg) => {
+                    self.events.push_back(Event::Ready(neg.clone()));
+                    self.phase = Phase::Transmission(Transmission::new(neg));
+                    Ok(true)
+                }
+                Progress::Ended => {
+                    self.phase = Phase::Closed;
+                    Ok(true)
+                }
+            },
+            Phase::Transmission(t) => Ok(t.step(buf, &mut self.events)?),
+            Phase::Closed => {
+                // After NBD_OPT_ABORT the server may ACK; anything else is ignored.
+                buf.clear();
+                Ok(false)
+            }
+            Phase::Failed(e) => Err(e.clone()),
+        }
+    }
+}

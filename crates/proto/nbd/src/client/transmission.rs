@@ -1,0 +1,547 @@
+//! The client's transmission phase (spec "Transmission"): requests checked
+//! against what was negotiated and encoded ("Request message", "Request
+//! types"), replies matched to their request by cookie and validated, simple
+//! ("Simple reply message") or structured ("Structured reply chunk message",
+//! "Structured reply types").
+//!
+//! Memory per request stays proportional to the request: a reply may have at
+//! most [`max_reply_chunks`] chunks, so a server answering a 32 MiB read with
+//! one-byte chunks gets a protocol error after about 65 000 of them, not one
+//! entry per byte; adjacent read chunks are merged in the coverage map.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::{Event, Negotiated, Reply, ReplyData, Request, ServerError};
+use crate::codec::{Codec, DecodeError, Reader};
+use crate::consts::*;
+use crate::error::{ProtocolError, RequestError};
+use crate::wire::*;
+
+/// The most structured reply chunks accepted for one request of `length`
+/// bytes: [`CHUNK_ALLOWANCE`] plus one per [`MIN_AVERAGE_CHUNK`] bytes.
+/// Servers that split reads at extent boundaries of 512 bytes or more stay
+/// within it; a server sending more chunks gets
+/// [`ProtocolError::TooManyChunks`].
+pub fn max_reply_chunks(length: u32) -> u32 {
+    CHUNK_ALLOWANCE + length / MIN_AVERAGE_CHUNK
+}
+
+/// Per-request reply state.
+#[derive(Debug)]
+struct InFlight {
+    command: Command,
+    offset: u64,
+    length: u32,
+    req_one: bool,
+    /// Structured chunks received so far.
+    chunks: u32,
+    error: Option<ServerError>,
+    /// Read: data chunks (offset relative to the request).
+    data: Vec<(u64, Bytes)>,
+    /// Read: ranges covered by data and holes, adjacent ones merged (start -> end).
+    ranges: BTreeMap<u64, u64>,
+    covered: u64,
+    /// Block status: the descriptors of the negotiated context.
+    status: Option<Vec<BlockDescriptor>>,
+}
+
+/// The transmission phase: request encoding and reply validation.
+#[derive(Debug)]
+pub(super) struct Transmission {
+    pub(super) neg: Negotiated,
+    next_cookie: u64,
+    in_flight: HashMap<u64, InFlight>,
+    /// NBD_CMD_DISC was queued; no request may follow.
+    pub(super) closing: bool,
+    /// Total bytes the frame being received needs.
+    pub(super) wanted: usize,
+}
+
+impl Transmission {
+    pub(super) fn new(neg: Negotiated) -> Self {
+        Transmission {
+            neg,
+            next_cookie: 1,
+            in_flight: HashMap::new(),
+            closing: false,
+            wanted: SIMPLE_REPLY_HEADER_LEN,
+        }
+    }
+
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub(super) fn pending(&self) -> Vec<(u64, Command, u64)> {
+        self.in_flight.iter().map(|(c, f)| (*c, f.command, f.offset)).collect()
+    }
+
+    /// The header of NBD_CMD_DISC (spec "Terminating the transmission phase").
+    pub(super) fn disconnect(&mut self) -> Option<RequestHeader> {
+        if self.closing {
+            return None;
+        }
+        self.closing = true;
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        Some(RequestHeader { flags: 0, command: Command::Disc, cookie, offset: 0, length: 0 })
+    }
+
+    fn check_range(&self, offset: u64, length: u64) -> Result<(), RequestError> {
+        if length == 0 {
+            return Err(RequestError::Empty);
+        }
+        let end = offset.checked_add(length);
+        if end.is_none_or(|e| e > self.neg.size) {
+            return Err(RequestError::OutOfRange { offset, length, size: self.neg.size });
+        }
+        let min = u64::from(self.neg.block_sizes.minimum);
+        if !offset.is_multiple_of(min) || !length.is_multiple_of(min) {
+            // The last partial block of an export whose size is not a multiple is allowed.
+            if !(offset.is_multiple_of(min) && offset + length == self.neg.size) {
+                return Err(RequestError::Misaligned {
+                    offset,
+                    length,
+                    minimum: self.neg.block_sizes.minimum,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn check_payload(&self, length: u64) -> Result<(), RequestError> {
+        if length > u64::from(self.neg.block_sizes.maximum) {
+            return Err(RequestError::TooLarge { length, max: self.neg.block_sizes.maximum });
+        }
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), RequestError> {
+        if self.neg.read_only() { Err(RequestError::ReadOnly) } else { Ok(()) }
+    }
+
+    fn fua_flag(&self, fua: bool) -> Result<u16, RequestError> {
+        if !fua {
+            return Ok(0);
+        }
+        if !self.neg.has(tflags::SEND_FUA) {
+            return Err(RequestError::Unsupported("NBD_CMD_FLAG_FUA"));
+        }
+        Ok(cflags::FUA)
+    }
+
+    /// Checks `req` (spec "Request types") and records it as in flight.
+    pub(super) fn prepare(&mut self, req: Request) -> Result<(RequestHeader, Option<Bytes>), RequestError> {
+        if self.closing {
+            return Err(RequestError::NotReady("disconnecting"));
+        }
+        let (command, flags, offset, length, data, req_one) = match req {
+            Request::Read { offset, length } => {
+                self.check_range(offset, length.into())?;
+                self.check_payload(length.into())?;
+                (Command::Read, 0, offset, length, None, false)
+            }
+            Request::Write { offset, data, fua } => {
+                self.writable()?;
+                let length = data.len() as u64;
+                self.check_payload(length)?;
+                self.check_range(offset, length)?;
+                let flags = self.fua_flag(fua)?;
+                (Command::Write, flags, offset, length as u32, Some(data), false)
+            }
+            Request::Flush => {
+                if !self.neg.has(tflags::SEND_FLUSH) {
+                    return Err(RequestError::Unsupported("NBD_CMD_FLUSH"));
+                }
+                (Command::Flush, 0, 0, 0, None, false)
+            }
+            Request::Trim { offset, length, fua } => {
+                self.writable()?;
+                if !self.neg.has(tflags::SEND_TRIM) {
+                    return Err(RequestError::Unsupported("NBD_CMD_TRIM"));
+                }
+                self.check_range(offset, length.into())?;
+                (Command::Trim, self.fua_flag(fua)?, offset, length, None, false)
+            }
+            Request::WriteZeroes { offset, length, no_hole, fua } => {
+                self.writable()?;
+                if !self.neg.has(tflags::SEND_WRITE_ZEROES) {
+                    return Err(RequestError::Unsupported("NBD_CMD_WRITE_ZEROES"));
+                }
+                self.check_range(offset, length.into())?;
+                let flags = self.fua_flag(fua)? | if no_hole { cflags::NO_HOLE } else { 0 };
+                (Command::WriteZeroes, flags, offset, length, None, false)
+            }
+            Request::BlockStatus { offset, length, req_one } => {
+                if self.neg.base_allocation.is_none() {
+                    return Err(RequestError::Unsupported(
+                        "NBD_CMD_BLOCK_STATUS (base:allocation not negotiated)",
+                    ));
+                }
+                self.check_range(offset, length.into())?;
+                let flags = if req_one { cflags::REQ_ONE } else { 0 };
+                (Command::BlockStatus, flags, offset, length, None, req_one)
+            }
+        };
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        self.in_flight.insert(
+            cookie,
+            InFlight {
+                command,
+                offset,
+                length,
+                req_one,
+                chunks: 0,
+                error: None,
+                data: Vec::new(),
+                ranges: BTreeMap::new(),
+                covered: 0,
+                status: None,
+            },
+        );
+        Ok((RequestHeader { flags, command, cookie, offset, length }, data))
+    }
+
+    fn unknown(&self, cookie: u64) -> ProtocolError {
+        if cookie != 0 && cookie < self.next_cookie {
+            ProtocolError::ReplyAfterDone(cookie)
+        } else {
+            ProtocolError::UnknownCookie(cookie)
+        }
+    }
+
+    /// Consumes one reply frame if complete.
+    pub(super) fn step(
+        &mut self,
+        buf: &mut BytesMut,
+        events: &mut VecDeque<Event>,
+    ) -> Result<bool, ProtocolError> {
+        if buf.len() < 4 {
+            self.wanted = 4;
+            return Ok(false);
+        }
+        let magic = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        match magic {
+            SIMPLE_REPLY_MAGIC => self.simple(buf, events),
+            STRUCTURED_REPLY_MAGIC => self.structured(buf, events),
+            got => Err(DecodeError::BadMagic {
+                what: "reply",
+                expected: SIMPLE_REPLY_MAGIC.into(),
+                got: got.into(),
+            }
+            .into()),
+        }
+    }
+
+    /// A simple reply (spec "Simple reply message").
+    fn simple(&mut self, buf: &mut BytesMut, events: &mut VecDeque<Event>) -> Result<bool, ProtocolError> {
+        if buf.len() < SIMPLE_REPLY_HEADER_LEN {
+            self.wanted = SIMPLE_REPLY_HEADER_LEN;
+            return Ok(false);
+        }
+        let hdr =
+            SimpleReplyHeader::decode(&mut Reader::new(&buf[..SIMPLE_REPLY_HEADER_LEN], "simple reply"))?;
+        let f = self.in_flight.get(&hdr.cookie).ok_or_else(|| self.unknown(hdr.cookie))?;
+        if f.chunks > 0 {
+            return Err(ProtocolError::SimpleAfterChunks(hdr.cookie));
+        }
+        if hdr.error == 0 && f.command == Command::BlockStatus {
+            return Err(ProtocolError::SimpleNotAllowed(Command::BlockStatus));
+        }
+        let payload = if hdr.error == 0 && f.command == Command::Read { f.length as usize } else { 0 };
+        let total = SIMPLE_REPLY_HEADER_LEN + payload;
+        if buf.len() < total {
+            self.wanted = total;
+            return Ok(false);
+        }
+        self.wanted = SIMPLE_REPLY_HEADER_LEN;
+        buf.advance(SIMPLE_REPLY_HEADER_LEN);
+        let f = self.in_flight.remove(&hdr.cookie).expect("looked up above");
+        let result = if hdr.error != 0 {
+            Err(ServerError { error: NbdError::from_code(hdr.error), message: String::new(), offset: None })
+        } else if f.command == Command::Read {
+            Ok(ReplyData::Read(buf.split_to(payload).freeze()))
+        } else {
+            Ok(ReplyData::None)
+        };
+        events.push_back(Event::Reply(Reply {
+            cookie: hdr.cookie,
+            command: f.command,
+            offset: f.offset,
+            length: f.length,
+            result,
+        }));
+        Ok(true)
+    }
+
+    /// One structured reply chunk (spec "Structured reply chunk message",
+    /// "Structured reply types").
+    fn structured(
+        &mut self,
+        buf: &mut BytesMut,
+        events: &mut VecDeque<Event>,
+    ) -> Result<bool, ProtocolError> {
+        if !self.neg.structured_replies {
+            return Err(ProtocolError::StructuredNotNegotiated);
+        }
+        if buf.len() < STRUCTURED_REPLY_HEADER_LEN {
+            self.wanted = STRUCTURED_REPLY_HEADER_LEN;
+            return Ok(false);
+        }
+        let hdr =
+            ChunkHeader::decode(&mut Reader::new(&buf[..STRUCTURED_REPLY_HEADER_LEN], "structured reply"))?;
+        let context = self.neg.base_allocation;
+        let f = self.in_flight.get(&hdr.cookie).ok_or_else(|| self.unknown(hdr.cookie))?;
+        let unexpected = ProtocolError::UnexpectedChunk { command: f.command, kind: hdr.kind };
+        let max: u32 = match hdr.kind {
+            chunk::NONE => 0,
+            chunk::OFFSET_DATA if f.command == Command::Read => 8 + f.length,
+            chunk::OFFSET_HOLE if f.command == Command::Read => 12,
+            chunk::BLOCK_STATUS if f.command == Command::BlockStatus => MAX_BLOCK_STATUS_CHUNK,
+            k if k & chunk::ERR_BIT != 0 => 6 + MAX_STRING as u32 + 8,
+            _ => return Err(unexpected),
+        };
+        if hdr.length > max {
+            return Err(ProtocolError::TooLong {
+                what: "structured reply chunk",
+                len: hdr.length.into(),
+                max: max.into(),
+            });
+        }
+        // Refused before its payload is buffered.
+        let max_chunks = max_reply_chunks(f.length);
+        if f.chunks >= max_chunks {
+            return Err(ProtocolError::TooManyChunks {
+                cookie: hdr.cookie,
+                command: f.command,
+                length: f.length,
+                max: max_chunks,
+            });
+        }
+        let total = STRUCTURED_REPLY_HEADER_LEN + hdr.length as usize;
+        if buf.len() < total {
+            self.wanted = total;
+            return Ok(false);
+        }
+        self.wanted = SIMPLE_REPLY_HEADER_LEN;
+        let f = self.in_flight.get_mut(&hdr.cookie).expect("looked up above");
+        f.chunks += 1;
+        buf.advance(STRUCTURED_REPLY_HEADER_LEN);
+        let payload = buf.split_to(hdr.length as usize);
+        let req_end = f.offset + u64::from(f.length);
+        let out_of_range = |offset: u64, length: u64| ProtocolError::ChunkOutOfRange {
+            offset,
+            length,
+            req_offset: f.offset,
+            req_length: f.length,
+        };
+        match hdr.kind {
+            chunk::NONE => {
+                if !hdr.done() {
+                    return Err(ProtocolError::BadNoneChunk);
+                }
+            }
+            chunk::OFFSET_DATA => {
+                if payload.len() < 9 {
+                    return Err(DecodeError::Invalid {
+                        what: "NBD_REPLY_TYPE_OFFSET_DATA",
+                        detail: format!("payload of {} bytes", payload.len()),
+                    }
+                    .into());
+                }
+                let offset = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
+                let len = (payload.len() - 8) as u64;
+                if offset < f.offset || offset.checked_add(len).is_none_or(|e| e > req_end) {
+                    return Err(out_of_range(offset, len));
+                }
+                let rel = offset - f.offset;
+                insert_range(f, rel, len)?;
+                let mut payload = payload.freeze();
+                payload.advance(8);
+                f.data.push((rel, payload));
+            }
+            chunk::OFFSET_HOLE => {
+                let h = OffsetHole::decode_exact(&payload, "NBD_REPLY_TYPE_OFFSET_HOLE")?;
+                let len = u64::from(h.length);
+                if h.offset < f.offset || h.offset.checked_add(len).is_none_or(|e| e > req_end) {
+                    return Err(out_of_range(h.offset, len));
+                }
+                insert_range(f, h.offset - f.offset, len)?;
+            }
+            chunk::BLOCK_STATUS => {
+                let s = BlockStatusChunk::decode_exact(&payload, "NBD_REPLY_TYPE_BLOCK_STATUS")?;
+                if Some(s.context) != context {
+                    return Err(ProtocolError::UnknownContext(s.context));
+                }
+                if f.status.is_some() {
+                    return Err(ProtocolError::DuplicateBlockStatus(s.context));
+                }
+                if f.req_one {
+                    if s.descriptors.len() != 1 || s.descriptors[0].length > f.length {
+                        return Err(ProtocolError::BadBlockStatus(
+                            "REQ_ONE reply must have one descriptor within the request".into(),
+                        ));
+                    }
+                } else {
+                    let mut sum = 0u64;
+                    for d in &s.descriptors[..s.descriptors.len() - 1] {
+                        sum += u64::from(d.length);
+                        if sum >= u64::from(f.length) {
+                            return Err(ProtocolError::BadBlockStatus(
+                                "descriptors continue past the requested length".into(),
+                            ));
+                        }
+                    }
+                }
+                f.status = Some(s.descriptors);
+            }
+            chunk::ERROR_OFFSET => {
+                let e = ErrorOffsetChunk::decode_exact(&payload, "NBD_REPLY_TYPE_ERROR_OFFSET")?;
+                if e.offset < f.offset || e.offset >= req_end.max(f.offset + 1) {
+                    return Err(out_of_range(e.offset, 1));
+                }
+                f.error.get_or_insert(ServerError {
+                    error: NbdError::from_code(e.error),
+                    message: e.message,
+                    offset: Some(e.offset),
+                });
+            }
+            _ => {
+                // NBD_REPLY_TYPE_ERROR and unknown error types share the same head.
+                let mut r = Reader::new(&payload, "structured error chunk");
+                let e = ErrorChunk::decode(&mut r)?;
+                if hdr.kind == chunk::ERROR {
+                    r.finish()?;
+                }
+                f.error.get_or_insert(ServerError {
+                    error: NbdError::from_code(e.error),
+                    message: e.message,
+                    offset: None,
+                });
+            }
+        }
+        if hdr.done() {
+            let f = self.in_flight.remove(&hdr.cookie).expect("present");
+            let result = finish(f.command, f.length, f.error, f.data, f.covered, f.status)?;
+            events.push_back(Event::Reply(Reply {
+                cookie: hdr.cookie,
+                command: f.command,
+                offset: f.offset,
+                length: f.length,
+                result,
+            }));
+        }
+        Ok(true)
+    }
+}
+
+/// Records `[start, start + len)` (relative to the request) as covered,
+/// merged with the ranges it touches; overlapping ranges are an error.
+fn insert_range(f: &mut InFlight, start: u64, len: u64) -> Result<(), ProtocolError> {
+    let end = start + len;
+    let prev = f.ranges.range(..=start).next_back().map(|(&s, &e)| (s, e));
+    let next = f.ranges.range(start..).next().map(|(&s, &e)| (s, e));
+    // The chunk must not overlap the closest ranges on either side.
+    if prev.is_some_and(|(_, pend)| pend > start) || next.is_some_and(|(nstart, _)| nstart < end) {
+        return Err(ProtocolError::OverlappingChunk(f.offset + start));
+    }
+    let mut merged = (start, end);
+    if let Some((pstart, pend)) = prev
+        && pend == start
+    {
+        f.ranges.remove(&pstart);
+        merged.0 = pstart;
+    }
+    if let Some((nstart, nend)) = next
+        && nstart == end
+    {
+        f.ranges.remove(&nstart);
+        merged.1 = nend;
+    }
+    f.ranges.insert(merged.0, merged.1);
+    f.covered += len;
+    Ok(())
+}
+
+fn finish(
+    command: Command,
+    length: u32,
+    error: Option<ServerError>,
+    mut data: Vec<(u64, Bytes)>,
+    covered: u64,
+    status: Option<Vec<BlockDescriptor>>,
+) -> Result<Result<ReplyData, ServerError>, ProtocolError> {
+    if let Some(e) = error {
+        return Ok(Err(e));
+    }
+    Ok(Ok(match command {
+        Command::Read => {
+            if covered != u64::from(length) {
+                return Err(ProtocolError::LengthMismatch { expected: length.into(), got: covered });
+            }
+            if data.len() == 1 && data[0].1.len() == length as usize {
+                ReplyData::Read(data.pop().expect("one").1)
+            } else {
+                // Several chunks or holes: assemble, holes stay zero.
+                let mut out = BytesMut::zeroed(length as usize);
+                for (rel, d) in data {
+                    out[rel as usize..rel as usize + d.len()].copy_from_slice(&d);
+                }
+                ReplyData::Read(out.freeze())
+            }
+        }
+        Command::BlockStatus => ReplyData::BlockStatus(status.ok_or(ProtocolError::MissingBlockStatus)?),
+        _ => ReplyData::None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_in_flight(length: u32) -> InFlight {
+        InFlight {
+            command: Command::Read,
+            offset: 4096,
+            length,
+            req_one: false,
+            chunks: 0,
+            error: None,
+            data: Vec::new(),
+            ranges: BTreeMap::new(),
+            covered: 0,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn adjacent_ranges_merge_and_overlaps_are_refused() {
+        let mut f = read_in_flight(100);
+        insert_range(&mut f, 10, 10).unwrap();
+        insert_range(&mut f, 30, 10).unwrap();
+        assert_eq!(f.ranges.len(), 2);
+        insert_range(&mut f, 20, 10).unwrap(); // bridges both
+        assert_eq!(f.ranges.iter().collect::<Vec<_>>(), vec![(&10, &40)]);
+        for bad in [(5, 6), (39, 2), (15, 1), (0, 100)] {
+            assert_eq!(
+                insert_range(&mut f, bad.0, bad.1),
+                Err(ProtocolError::OverlappingChunk(4096 + bad.0)),
+                "{bad:?}"
+            );
+        }
+        insert_range(&mut f, 40, 60).unwrap();
+        insert_range(&mut f, 0, 10).unwrap();
+        assert_eq!(f.ranges.iter().collect::<Vec<_>>(), vec![(&0, &100)]);
+        assert_eq!(f.covered, 100);
+    }
+
+    #[test]
+    fn chunk_bound_grows_with_the_request() {
+        assert_eq!(max_reply_chunks(0), CHUNK_ALLOWANCE);
+        assert_eq!(max_reply_chunks(1), CHUNK_ALLOWANCE);
+        assert_eq!(max_reply_chunks(32 << 20), CHUNK_ALLOWANCE + (32 << 20) / MIN_AVERAGE_CHUNK);
+    }
+}
