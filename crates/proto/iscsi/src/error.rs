@@ -3,7 +3,7 @@
 //! ([`ConnError`], fatal to the connection) and one command
 //! ([`CommandError`], fatal to that command only).
 
-use crate::pdu::Opcode;
+use crate::opcode::Opcode;
 use crate::scsi::Sense;
 
 /// A malformed PDU: the peer broke the framing rules of RFC 7143 section 11.

@@ -35,6 +35,7 @@ pub mod error;
 pub mod keys;
 pub mod login;
 pub mod md5;
+pub mod opcode;
 pub mod pdu;
 pub mod scsi;
 pub mod serial;

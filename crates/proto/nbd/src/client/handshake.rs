@@ -9,16 +9,96 @@
 //! set (the replies come in order, so [`OptState`] just advances), one round
 //! trip each otherwise.
 
-use std::collections::VecDeque;
-
 use bytes::{Buf, BufMut, BytesMut};
 
-use super::{ClientConfig, Event, Goal, Negotiated};
 use crate::codec::{Codec, Reader};
 use crate::consts::*;
 use crate::error::{ClientError, ProtocolError};
 use crate::output::OutQueue;
 use crate::wire::*;
+
+/// What the client handshake is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Enter transmission with NBD_OPT_GO (falling back to NBD_OPT_EXPORT_NAME).
+    Go,
+    /// Query the export with NBD_OPT_INFO, then NBD_OPT_ABORT.
+    Info,
+    /// List exports with NBD_OPT_LIST, then NBD_OPT_ABORT.
+    List,
+}
+
+/// Client configuration.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Export name ("" is the server's default export).
+    pub export_name: String,
+    /// Ask for structured replies (NBD_OPT_STRUCTURED_REPLY).
+    pub structured_replies: bool,
+    /// Ask for the `base:allocation` metadata context (needs structured replies).
+    pub block_status: bool,
+    /// The largest read/write payload this side will use, whatever the
+    /// server allows (the spec's never-a-DoS size by default, 32 MiB).
+    pub max_payload: u32,
+    /// What the handshake is for.
+    pub goal: Goal,
+    /// Send NBD_OPT_STRUCTURED_REPLY, NBD_OPT_SET_META_CONTEXT and
+    /// NBD_OPT_GO/INFO back to back and read their replies in order, instead
+    /// of waiting a round trip for each (2 fewer round trips per connection
+    /// on a long-fat network). Servers read options one at a time, so this
+    /// is safe; turn it off for a server that is not.
+    pub pipeline_options: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            export_name: String::new(),
+            structured_replies: true,
+            block_status: true,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            goal: Goal::Go,
+            pipeline_options: true,
+        }
+    }
+}
+
+/// What the handshake agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The export name used.
+    pub export_name: String,
+    /// Export size in bytes.
+    pub size: u64,
+    /// Transmission flags (`tflags::*`).
+    pub flags: u16,
+    /// Block size constraints.
+    pub block_sizes: BlockSizes,
+    /// Whether the server sent NBD_INFO_BLOCK_SIZE.
+    pub block_sizes_from_server: bool,
+    /// Structured replies are in use.
+    pub structured_replies: bool,
+    /// Context id of `base:allocation`, if negotiated.
+    pub base_allocation: Option<u32>,
+    /// The server did not support NBD_OPT_GO and NBD_OPT_EXPORT_NAME was used.
+    pub used_export_name: bool,
+    /// The server spoke oldstyle negotiation.
+    pub oldstyle: bool,
+    /// Export description, if the server sent one.
+    pub description: Option<String>,
+}
+
+impl Negotiated {
+    /// Whether transmission flag `flag` is set.
+    pub fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The export is read-only.
+    pub fn read_only(&self) -> bool {
+        self.has(tflags::READ_ONLY)
+    }
+}
 
 /// Limits the number of exports collected from NBD_OPT_LIST.
 const MAX_LISTED_EXPORTS: usize = 10_000;
@@ -68,10 +148,12 @@ pub(super) enum Progress {
     Continue,
     /// More input is needed.
     Wait,
-    /// Transmission begins with what was agreed.
+    /// Transmission begins with what was agreed ([`Goal::Go`]).
     Ready(Negotiated),
-    /// The handshake ended without transmission (NBD_OPT_ABORT sent).
-    Ended,
+    /// The export's information ([`Goal::Info`]); NBD_OPT_ABORT is queued.
+    Info(Negotiated),
+    /// The server's exports ([`Goal::List`]); NBD_OPT_ABORT is queued.
+    Exports(Vec<ServerReply>),
 }
 
 /// Handshake results gathered so far.
@@ -111,17 +193,12 @@ impl Handshake {
     }
 
     /// Consumes one frame from `buf` if it is complete.
-    pub(super) fn step(
-        &mut self,
-        buf: &mut BytesMut,
-        out: &mut OutQueue,
-        events: &mut VecDeque<Event>,
-    ) -> Result<Progress, ClientError> {
+    pub(super) fn step(&mut self, buf: &mut BytesMut, out: &mut OutQueue) -> Result<Progress, ClientError> {
         match self.state {
             State::Greeting => self.on_greeting(buf, out),
             State::ExportName => self.on_export_name_reply(buf),
-            State::Options(_) => self.on_option_reply(buf, out, events),
-            State::Done => Ok(Progress::Ended),
+            State::Options(_) => self.on_option_reply(buf, out),
+            State::Done => Err(ProtocolError::Unexpected("input after the handshake ended").into()),
         }
     }
 
@@ -271,12 +348,7 @@ impl Handshake {
         self.finish_go(false)
     }
 
-    fn on_option_reply(
-        &mut self,
-        buf: &mut BytesMut,
-        out: &mut OutQueue,
-        events: &mut VecDeque<Event>,
-    ) -> Result<Progress, ClientError> {
+    fn on_option_reply(&mut self, buf: &mut BytesMut, out: &mut OutQueue) -> Result<Progress, ClientError> {
         if buf.len() < OptionReplyHeader::LEN {
             self.wanted = OptionReplyHeader::LEN;
             return Ok(Progress::Wait);
@@ -364,9 +436,8 @@ impl Handshake {
                         return self.finish_go(false);
                     }
                     let neg = self.build_negotiated(false)?;
-                    events.push_back(Event::Info(neg));
                     queue_option(out, opt::ABORT, &[]);
-                    return Ok(Progress::Ended);
+                    return Ok(Progress::Info(neg));
                 }
                 rep::ERR_UNSUP if option == opt::GO => {
                     // The server predates NBD_OPT_GO: fall back (spec "NBD_OPT_GO").
@@ -397,9 +468,8 @@ impl Handshake {
                     self.state = State::Options(OptState::List { exports });
                 }
                 rep::ACK => {
-                    events.push_back(Event::Exports(exports));
                     queue_option(out, opt::ABORT, &[]);
-                    return Ok(Progress::Ended);
+                    return Ok(Progress::Exports(exports));
                 }
                 r if r & rep::ERR_BIT != 0 => {
                     return Err(ClientError::Refused {

@@ -1,12 +1,12 @@
 //! The client side, in two parts with one output queue:
 //!
-//! - [`handshake`](self::handshake): the greeting and option haggling
+//! - `handshake.rs`: the greeting and option haggling
 //!   (spec "Handshake": "Newstyle negotiation", "Fixed newstyle
 //!   negotiation", "Option haggling");
-//! - [`transmission`](self::transmission): requests, simple and structured
+//! - `transmission.rs`: requests, simple and structured
 //!   replies (spec "Transmission").
 //!
-//! [`Client`] holds the phase ([`Phase`]: one variant per protocol phase) and
+//! [`Client`] holds the phase (`Phase`: one variant per protocol phase) and
 //! hands input to the part in charge. Bytes from the server go in through
 //! [`Client::handle_input`] (copying) or [`Client::handle_input_buf`]
 //! (zero-copy: complete frames are split off the caller's buffer and read
@@ -22,187 +22,15 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
+pub use self::handshake::{ClientConfig, Goal, Negotiated};
 use self::handshake::{Handshake, Progress};
-use self::transmission::Transmission;
-pub use self::transmission::max_reply_chunks;
+pub use self::transmission::{Reply, ReplyData, Request, ServerError, max_reply_chunks};
+use self::transmission::{Step, Transmission};
 use crate::codec::Codec;
-use crate::consts::*;
 use crate::error::{ClientError, RequestError};
 use crate::output::OutQueue;
 pub use crate::wire::BlockSizes;
-use crate::wire::{BlockDescriptor, Command, NbdError, ServerReply};
-
-/// What the client handshake is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Goal {
-    /// Enter transmission with NBD_OPT_GO (falling back to NBD_OPT_EXPORT_NAME).
-    Go,
-    /// Query the export with NBD_OPT_INFO, then NBD_OPT_ABORT.
-    Info,
-    /// List exports with NBD_OPT_LIST, then NBD_OPT_ABORT.
-    List,
-}
-
-/// Client configuration.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// Export name ("" is the server's default export).
-    pub export_name: String,
-    /// Ask for structured replies (NBD_OPT_STRUCTURED_REPLY).
-    pub structured_replies: bool,
-    /// Ask for the `base:allocation` metadata context (needs structured replies).
-    pub block_status: bool,
-    /// The largest read/write payload this side will use, whatever the
-    /// server allows (the spec's never-a-DoS size by default, 32 MiB).
-    pub max_payload: u32,
-    /// What the handshake is for.
-    pub goal: Goal,
-    /// Send NBD_OPT_STRUCTURED_REPLY, NBD_OPT_SET_META_CONTEXT and
-    /// NBD_OPT_GO/INFO back to back and read their replies in order, instead
-    /// of waiting a round trip for each (2 fewer round trips per connection
-    /// on a long-fat network). Servers read options one at a time, so this
-    /// is safe; turn it off for a server that is not.
-    pub pipeline_options: bool,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfig {
-            export_name: String::new(),
-            structured_replies: true,
-            block_status: true,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            goal: Goal::Go,
-            pipeline_options: true,
-        }
-    }
-}
-
-/// What the handshake agreed on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Negotiated {
-    /// The export name used.
-    pub export_name: String,
-    /// Export size in bytes.
-    pub size: u64,
-    /// Transmission flags (`tflags::*`).
-    pub flags: u16,
-    /// Block size constraints.
-    pub block_sizes: BlockSizes,
-    /// Whether the server sent NBD_INFO_BLOCK_SIZE.
-    pub block_sizes_from_server: bool,
-    /// Structured replies are in use.
-    pub structured_replies: bool,
-    /// Context id of `base:allocation`, if negotiated.
-    pub base_allocation: Option<u32>,
-    /// The server did not support NBD_OPT_GO and NBD_OPT_EXPORT_NAME was used.
-    pub used_export_name: bool,
-    /// The server spoke oldstyle negotiation.
-    pub oldstyle: bool,
-    /// Export description, if the server sent one.
-    pub description: Option<String>,
-}
-
-impl Negotiated {
-    /// Whether transmission flag `flag` is set.
-    pub fn has(&self, flag: u16) -> bool {
-        self.flags & flag != 0
-    }
-
-    /// The export is read-only.
-    pub fn read_only(&self) -> bool {
-        self.has(tflags::READ_ONLY)
-    }
-}
-
-/// A request to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    /// NBD_CMD_READ.
-    Read {
-        /// Offset.
-        offset: u64,
-        /// Length.
-        length: u32,
-    },
-    /// NBD_CMD_WRITE.
-    Write {
-        /// Offset.
-        offset: u64,
-        /// Payload (sent as its own transmit segment).
-        data: Bytes,
-        /// NBD_CMD_FLAG_FUA.
-        fua: bool,
-    },
-    /// NBD_CMD_FLUSH.
-    Flush,
-    /// NBD_CMD_TRIM.
-    Trim {
-        /// Offset.
-        offset: u64,
-        /// Length.
-        length: u32,
-        /// NBD_CMD_FLAG_FUA.
-        fua: bool,
-    },
-    /// NBD_CMD_WRITE_ZEROES.
-    WriteZeroes {
-        /// Offset.
-        offset: u64,
-        /// Length.
-        length: u32,
-        /// NBD_CMD_FLAG_NO_HOLE: the server must not punch a hole.
-        no_hole: bool,
-        /// NBD_CMD_FLAG_FUA.
-        fua: bool,
-    },
-    /// NBD_CMD_BLOCK_STATUS for `base:allocation`.
-    BlockStatus {
-        /// Offset.
-        offset: u64,
-        /// Length.
-        length: u32,
-        /// NBD_CMD_FLAG_REQ_ONE.
-        req_one: bool,
-    },
-}
-
-/// An error the server returned for a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerError {
-    /// The error number.
-    pub error: NbdError,
-    /// The server's message (structured replies only; may be empty).
-    pub message: String,
-    /// Where the error occurred (NBD_REPLY_TYPE_ERROR_OFFSET).
-    pub offset: Option<u64>,
-}
-
-/// The successful result of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplyData {
-    /// A command without reply data.
-    None,
-    /// A read's data, exactly the requested length (holes zero-filled).
-    Read(Bytes),
-    /// Block status descriptors for `base:allocation`, starting at the request offset.
-    BlockStatus(Vec<BlockDescriptor>),
-}
-
-/// A complete reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    /// The request's cookie.
-    pub cookie: u64,
-    /// The request's command.
-    pub command: Command,
-    /// The request's offset.
-    pub offset: u64,
-    /// The request's length.
-    pub length: u32,
-    /// The outcome.
-    pub result: Result<ReplyData, ServerError>,
-}
+use crate::wire::{Command, ServerReply};
 
 /// What the client reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -394,20 +222,28 @@ impl Client {
     /// One step: consumes one frame if complete. Ok(false) when more input is needed.
     fn step(&mut self, buf: &mut BytesMut) -> Result<bool, ClientError> {
         match &mut self.phase {
-            Phase::Handshake(h) => match h.step(buf, &mut self.out, &mut self.events)? {
-                Progress::Continue => Ok(true),
-                Progress::Wait => Ok(false),
-                Progress::Ready(neg) => {
-                    self.events.push_back(Event::Ready(neg.clone()));
-                    self.phase = Phase::Transmission(Transmission::new(neg));
-                    Ok(true)
-                }
-                Progress::Ended => {
-                    self.phase = Phase::Closed;
+            Phase::Handshake(h) => {
+                let (event, next) = match h.step(buf, &mut self.out)? {
+                    Progress::Continue => return Ok(true),
+                    Progress::Wait => return Ok(false),
+                    Progress::Ready(neg) => {
+                        (Event::Ready(neg.clone()), Phase::Transmission(Transmission::new(neg)))
+                    }
+                    Progress::Info(neg) => (Event::Info(neg), Phase::Closed),
+                    Progress::Exports(list) => (Event::Exports(list), Phase::Closed),
+                };
+                self.events.push_back(event);
+                self.phase = next;
+                Ok(true)
+            }
+            Phase::Transmission(t) => match t.step(buf)? {
+                Step::Wait => Ok(false),
+                Step::Continue => Ok(true),
+                Step::Reply(r) => {
+                    self.events.push_back(Event::Reply(r));
                     Ok(true)
                 }
             },
-            Phase::Transmission(t) => Ok(t.step(buf, &mut self.events)?),
             Phase::Closed => {
                 // After NBD_OPT_ABORT the server may ACK; anything else is ignored.
                 buf.clear();

@@ -9,15 +9,104 @@
 //! one-byte chunks gets a protocol error after about 65 000 of them, not one
 //! entry per byte; adjacent read chunks are merged in the coverage map.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::{Event, Negotiated, Reply, ReplyData, Request, ServerError};
+use super::handshake::Negotiated;
 use crate::codec::{Codec, DecodeError, Reader};
 use crate::consts::*;
 use crate::error::{ProtocolError, RequestError};
 use crate::wire::*;
+
+/// A request to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// NBD_CMD_READ.
+    Read {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+    },
+    /// NBD_CMD_WRITE.
+    Write {
+        /// Offset.
+        offset: u64,
+        /// Payload (sent as its own transmit segment).
+        data: Bytes,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_FLUSH.
+    Flush,
+    /// NBD_CMD_TRIM.
+    Trim {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_WRITE_ZEROES.
+    WriteZeroes {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_NO_HOLE: the server must not punch a hole.
+        no_hole: bool,
+        /// NBD_CMD_FLAG_FUA.
+        fua: bool,
+    },
+    /// NBD_CMD_BLOCK_STATUS for `base:allocation`.
+    BlockStatus {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// NBD_CMD_FLAG_REQ_ONE.
+        req_one: bool,
+    },
+}
+
+/// An error the server returned for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    /// The error number.
+    pub error: NbdError,
+    /// The server's message (structured replies only; may be empty).
+    pub message: String,
+    /// Where the error occurred (NBD_REPLY_TYPE_ERROR_OFFSET).
+    pub offset: Option<u64>,
+}
+
+/// The successful result of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyData {
+    /// A command without reply data.
+    None,
+    /// A read's data, exactly the requested length (holes zero-filled).
+    Read(Bytes),
+    /// Block status descriptors for `base:allocation`, starting at the request offset.
+    BlockStatus(Vec<BlockDescriptor>),
+}
+
+/// A complete reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The request's cookie.
+    pub cookie: u64,
+    /// The request's command.
+    pub command: Command,
+    /// The request's offset.
+    pub offset: u64,
+    /// The request's length.
+    pub length: u32,
+    /// The outcome.
+    pub result: Result<ReplyData, ServerError>,
+}
 
 /// The most structured reply chunks accepted for one request of `length`
 /// bytes: [`CHUNK_ALLOWANCE`] plus one per [`MIN_AVERAGE_CHUNK`] bytes.
@@ -26,6 +115,17 @@ use crate::wire::*;
 /// [`ProtocolError::TooManyChunks`].
 pub fn max_reply_chunks(length: u32) -> u32 {
     CHUNK_ALLOWANCE + length / MIN_AVERAGE_CHUNK
+}
+
+/// What one step of the transmission phase did.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// More input is needed.
+    Wait,
+    /// A frame was consumed; call again.
+    Continue,
+    /// A frame was consumed and completed this reply.
+    Reply(Reply),
 }
 
 /// Per-request reply state.
@@ -214,19 +314,15 @@ impl Transmission {
     }
 
     /// Consumes one reply frame if complete.
-    pub(super) fn step(
-        &mut self,
-        buf: &mut BytesMut,
-        events: &mut VecDeque<Event>,
-    ) -> Result<bool, ProtocolError> {
+    pub(super) fn step(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
         if buf.len() < 4 {
             self.wanted = 4;
-            return Ok(false);
+            return Ok(Step::Wait);
         }
         let magic = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
         match magic {
-            SIMPLE_REPLY_MAGIC => self.simple(buf, events),
-            STRUCTURED_REPLY_MAGIC => self.structured(buf, events),
+            SIMPLE_REPLY_MAGIC => self.simple(buf),
+            STRUCTURED_REPLY_MAGIC => self.structured(buf),
             got => Err(DecodeError::BadMagic {
                 what: "reply",
                 expected: SIMPLE_REPLY_MAGIC.into(),
@@ -237,10 +333,10 @@ impl Transmission {
     }
 
     /// A simple reply (spec "Simple reply message").
-    fn simple(&mut self, buf: &mut BytesMut, events: &mut VecDeque<Event>) -> Result<bool, ProtocolError> {
+    fn simple(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
         if buf.len() < SIMPLE_REPLY_HEADER_LEN {
             self.wanted = SIMPLE_REPLY_HEADER_LEN;
-            return Ok(false);
+            return Ok(Step::Wait);
         }
         let hdr =
             SimpleReplyHeader::decode(&mut Reader::new(&buf[..SIMPLE_REPLY_HEADER_LEN], "simple reply"))?;
@@ -255,7 +351,7 @@ impl Transmission {
         let total = SIMPLE_REPLY_HEADER_LEN + payload;
         if buf.len() < total {
             self.wanted = total;
-            return Ok(false);
+            return Ok(Step::Wait);
         }
         self.wanted = SIMPLE_REPLY_HEADER_LEN;
         buf.advance(SIMPLE_REPLY_HEADER_LEN);
@@ -267,29 +363,24 @@ impl Transmission {
         } else {
             Ok(ReplyData::None)
         };
-        events.push_back(Event::Reply(Reply {
+        Ok(Step::Reply(Reply {
             cookie: hdr.cookie,
             command: f.command,
             offset: f.offset,
             length: f.length,
             result,
-        }));
-        Ok(true)
+        }))
     }
 
     /// One structured reply chunk (spec "Structured reply chunk message",
     /// "Structured reply types").
-    fn structured(
-        &mut self,
-        buf: &mut BytesMut,
-        events: &mut VecDeque<Event>,
-    ) -> Result<bool, ProtocolError> {
+    fn structured(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
         if !self.neg.structured_replies {
             return Err(ProtocolError::StructuredNotNegotiated);
         }
         if buf.len() < STRUCTURED_REPLY_HEADER_LEN {
             self.wanted = STRUCTURED_REPLY_HEADER_LEN;
-            return Ok(false);
+            return Ok(Step::Wait);
         }
         let hdr =
             ChunkHeader::decode(&mut Reader::new(&buf[..STRUCTURED_REPLY_HEADER_LEN], "structured reply"))?;
@@ -324,7 +415,7 @@ impl Transmission {
         let total = STRUCTURED_REPLY_HEADER_LEN + hdr.length as usize;
         if buf.len() < total {
             self.wanted = total;
-            return Ok(false);
+            return Ok(Step::Wait);
         }
         self.wanted = SIMPLE_REPLY_HEADER_LEN;
         let f = self.in_flight.get_mut(&hdr.cookie).expect("looked up above");
@@ -426,7 +517,7 @@ impl Transmission {
         if hdr.done() {
             let f = self.in_flight.remove(&hdr.cookie).expect("present");
             let result = finish(f.command, f.length, f.error, f.data, f.covered, f.status)?;
-            events.push_back(Event::Reply(Reply {
+            return Ok(Step::Reply(Reply {
                 cookie: hdr.cookie,
                 command: f.command,
                 offset: f.offset,
@@ -434,7 +525,7 @@ impl Transmission {
                 result,
             }));
         }
-        Ok(true)
+        Ok(Step::Continue)
     }
 }
 
