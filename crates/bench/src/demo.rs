@@ -71,13 +71,8 @@ fn table(runs: &[(String, Run)], ceiling: Option<f64>) -> String {
 }
 
 fn samples(r: &Run) -> Vec<(f64, f64, f64)> {
-    r.report
-        .as_ref()
-        .and_then(|j| j["samples"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|s| Some((s["t_s"].as_f64()?, s["goodput_mbps"].as_f64()?, s["n"].as_f64()?)))
-        .collect()
+    let Some(report) = &r.report else { return Vec::new() };
+    report.samples.iter().map(|s| (s.t_s, s.goodput_mbps, s.n as f64)).collect()
 }
 
 fn write_outputs(
@@ -175,51 +170,39 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
 
 /// Without root: the target on 127.0.0.1, same two copies.
 fn loopback(exe: &Path, opts: &DemoOptions) -> anyhow::Result<Vec<(String, Run)>> {
-    let mut target = Command::new(exe)
-        .args(["target", "--size", &opts.auto_bytes.to_string(), "--fill", "random:1", "--discard-writes"])
+    let mut cmd = Command::new(exe);
+    cmd.args(["target", "--size", &opts.auto_bytes.to_string(), "--fill", "random:1", "--discard-writes"])
         .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(target.stdout.take().context("target stdout")?),
-        &mut line,
-    )?;
-    let uri = line.trim().to_string();
-    let mut out = Vec::new();
-    let work = tempfile::tempdir()?;
-    for (label, conns, bytes) in
-        [("wanblk -C 1", "1", opts.single_bytes), ("wanblk -C auto", "auto", opts.auto_bytes)]
-    {
-        let report = work.path().join("r.json");
-        let st = Command::new(exe)
-            .args(["copy", &uri, "null:", "-C", conns, "--length", &bytes.to_string(), "--report"])
-            .arg(&report)
-            .status()?;
-        anyhow::ensure!(st.success(), "{label} failed");
-        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
-        out.push((
-            label.to_string(),
-            Run {
-                tool: label.to_string(),
-                direction: Direction::Restore,
-                bytes: r["data_bytes"].as_u64().unwrap_or(0),
-                seconds: r["seconds"].as_f64().unwrap_or(0.0),
-                goodput_mbps: r["goodput_mbps"].as_f64().unwrap_or(0.0),
-                client_cpu_s: Some(
-                    r["cpu_user_s"].as_f64().unwrap_or(0.0) + r["cpu_system_s"].as_f64().unwrap_or(0.0),
-                ),
-                server_cpu_s: None,
-                connections: r["connections"].as_u64(),
-                converge_s: None,
-                steal_pct: None,
-                report: Some(r),
-            },
-        ));
-    }
+        .stdout(Stdio::piped());
+    wanblk_sys::process::terminate_with_parent(&mut cmd);
+    let mut target = cmd.spawn().context("starting wanblk target")?;
+    let copies = |target: &mut std::process::Child| -> anyhow::Result<Vec<(String, Run)>> {
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(target.stdout.take().context("target stdout")?),
+            &mut line,
+        )?;
+        let uri = line.trim().to_string();
+        let mut out = Vec::new();
+        let work = tempfile::tempdir()?;
+        for (label, conns, bytes) in
+            [("wanblk -C 1", "1", opts.single_bytes), ("wanblk -C auto", "auto", opts.auto_bytes)]
+        {
+            let report = work.path().join("r.json");
+            let st = Command::new(exe)
+                .args(["copy", &uri, "null:", "-C", conns, "--length", &bytes.to_string(), "--report"])
+                .arg(&report)
+                .status()?;
+            anyhow::ensure!(st.success(), "{label} failed");
+            let r = crate::report::read(&report, label)?;
+            out.push((label.to_string(), Run::from_report(label.to_string(), Direction::Restore, r, None)));
+        }
+        Ok(out)
+    };
+    let out = copies(&mut target);
     let _ = wanblk_sys::process::signal(target.id(), wanblk_sys::process::SIGTERM);
     let _ = wait_timeout(&mut target, Duration::from_secs(5));
-    Ok(out)
+    out
 }
 
 fn wait_timeout(child: &mut std::process::Child, d: Duration) -> std::io::Result<()> {

@@ -42,12 +42,13 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use wanblk_copy::Report;
 use wanblk_netem::{Side, SysctlProfile};
 use wanblk_testkit::tgt::{NULL_LUN_SIZE, Tgt};
 
 use crate::path::{BenchPath, Direction, Measured, PathSpec};
 use crate::plot::{Chart, Series};
-use crate::report::{cell, converged_at_s, csv_cell, steady_after};
+use crate::report::{cell, converged_at_s, csv_cell, steady_after, timeline};
 
 /// The target's name.
 const IQN: &str = "iqn.2024-01.org.wanblk:bench-null";
@@ -121,7 +122,7 @@ struct Row {
     server_cpu_pct: Option<f64>,
     converge_s: Option<f64>,
     /// The wanblk report.
-    report: Option<serde_json::Value>,
+    report: Option<Report>,
 }
 
 impl Row {
@@ -188,10 +189,8 @@ impl IscsiPath {
         if !out.status.success() {
             bail!("wanblk copy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
-        let r: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&report)?).context("wanblk report")?;
-        let seconds = r["seconds"].as_f64().unwrap_or(wall);
-        let bytes = r["data_bytes"].as_u64().unwrap_or(0);
+        let r = crate::report::read(&report, &format!("wanblk copy {args:?} ({direction:?})"))?;
+        let (seconds, bytes) = (r.seconds, r.data_bytes);
         let converge_s = converged_at_s(&r);
         let gbit = bytes as f64 * 8.0 / 1e9;
         let per = |cpu: Option<f64>| cpu.filter(|_| gbit > 0.0).map(|c| c / gbit);
@@ -203,14 +202,14 @@ impl IscsiPath {
             direction,
             mode: String::new(),
             asked: String::new(),
-            requests: r["requests"].as_u64().map(|v| v as u32),
-            request_size: r["request_size"].as_u64().map(|v| v as u32),
+            requests: Some(r.requests as u32),
+            request_size: Some(r.request_size),
             data_segment: args
                 .iter()
                 .find_map(|a| a.strip_prefix("MaxRecvDataSegmentLength="))
                 .and_then(|v| v.parse().ok()),
-            n: r["connections"].as_u64(),
-            goodput_mbps: r["goodput_mbps"].as_f64().unwrap_or(0.0),
+            n: Some(r.connections as u64),
+            goodput_mbps: r.goodput_mbps,
             // After convergence; a copy that converged at its very end has
             // no samples after it: then after the first 30 %.
             steady_mbps: converge_s
@@ -548,13 +547,15 @@ fn timeline_chart(rows: &[Row], dir: Direction) -> Option<Chart> {
     let mut right = Vec::new();
     for r in rows.iter().filter(|r| r.experiment == "modes" && r.asked == "auto" && r.direction == dir) {
         let Some(rep) = &r.report else { continue };
-        let samples = rep["samples"].as_array().cloned().unwrap_or_default();
-        let pts = |k: &str| -> Vec<(f64, f64)> {
-            samples.iter().filter_map(|s| Some((s["t_s"].as_f64()?, s[k].as_f64()?))).collect()
-        };
         let name = if r.mode == "mcs" { "MC/S" } else { "sessions" };
-        series.push(Series { markers: false, ..Series::new(format!("{name} goodput"), pts("goodput_mbps")) });
-        right.push(Series { markers: false, ..Series::new(format!("{name} N"), pts("n")) });
+        series.push(Series {
+            markers: false,
+            ..Series::new(format!("{name} goodput"), timeline(rep, |s| s.goodput_mbps))
+        });
+        right.push(Series {
+            markers: false,
+            ..Series::new(format!("{name} N"), timeline(rep, |s| s.n as f64))
+        });
     }
     (!series.is_empty()).then(|| Chart {
         title: format!("-C auto over time, sessions vs MC/S, 1 Gbit/s, 50 ms ({dir:?})"),

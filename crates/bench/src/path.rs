@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use wanblk_copy::Report;
 use wanblk_netem::{Scenario, Side, SysctlProfile};
 
 /// The path to emulate.
@@ -97,7 +98,33 @@ pub struct Run {
     pub steal_pct: Option<f64>,
     /// The wanblk report, for wanblk runs.
     #[serde(skip)]
-    pub report: Option<serde_json::Value>,
+    pub report: Option<Report>,
+}
+
+impl Run {
+    /// A wanblk run named `tool` in `direction` from its `report`; the
+    /// client's CPU as measured around the process (`client_cpu_s`), else
+    /// the report's own.
+    pub(crate) fn from_report(
+        tool: String,
+        direction: Direction,
+        report: Report,
+        client_cpu_s: Option<f64>,
+    ) -> Run {
+        Run {
+            tool,
+            direction,
+            bytes: report.data_bytes,
+            seconds: report.seconds,
+            goodput_mbps: report.goodput_mbps,
+            client_cpu_s: client_cpu_s.or(Some(report.cpu_user_s + report.cpu_system_s)),
+            server_cpu_s: None,
+            connections: Some(report.connections as u64),
+            converge_s: crate::report::converged_at_s(&report),
+            steal_pct: None,
+            report: Some(report),
+        }
+    }
 }
 
 /// A running path: emulator, target in the server namespace, work directory.
@@ -332,16 +359,20 @@ impl BenchPath {
         let steal_pct = steal.pct();
         let _ = server.kill();
         let _ = server.wait();
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
+        let tool = format!("iperf3 -P {flows}");
+        let j: serde_json::Value =
+            serde_json::from_slice(&out.stdout).with_context(|| format!("{tool}: its JSON output"))?;
         if let Some(e) = j.get("error") {
-            bail!("iperf3: {e}");
+            bail!("{tool}: {e}");
         }
-        let bps = j["end"]["sum_received"]["bits_per_second"].as_f64().context("iperf3 result")?;
-        let secs_f = j["end"]["sum_received"]["seconds"].as_f64().unwrap_or(f64::from(secs));
+        let sum = &j["end"]["sum_received"];
+        let field =
+            |k: &str| sum[k].as_f64().with_context(|| format!("{tool}: no end.sum_received.{k} in its JSON"));
+        let (bps, secs_f, bytes) = (field("bits_per_second")?, field("seconds")?, field("bytes")?);
         Ok(Run {
-            tool: format!("iperf3 -P {flows}"),
+            tool,
             direction,
-            bytes: j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0),
+            bytes: bytes as u64,
             seconds: secs_f,
             goodput_mbps: bps / 1e6,
             client_cpu_s: None,
@@ -369,26 +400,17 @@ impl BenchPath {
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
         c.args(["--congestion", &self.spec.congestion]);
-        let Measured { out, wall, client_cpu, server_cpu, steal_pct } =
+        let Measured { out, client_cpu, server_cpu, steal_pct, .. } =
             self.measured(&mut c, self.target.id())?;
+        let tool = wanblk_label(extra);
         if !out.status.success() {
-            bail!("wanblk copy {extra:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+            bail!("wanblk copy {extra:?} ({direction:?}) failed: {}", String::from_utf8_lossy(&out.stderr));
         }
-        let r: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&report)?).context("wanblk report")?;
-        let converge_s = crate::report::converged_at_s(&r);
+        let r = crate::report::read(&report, &format!("{tool} ({direction:?})"))?;
         Ok(Run {
-            tool: wanblk_label(extra),
-            direction,
-            bytes: r["data_bytes"].as_u64().unwrap_or(0),
-            seconds: r["seconds"].as_f64().unwrap_or(wall),
-            goodput_mbps: r["goodput_mbps"].as_f64().unwrap_or(0.0),
-            client_cpu_s: Some(client_cpu),
             server_cpu_s: server_cpu,
-            connections: r["connections"].as_u64(),
-            converge_s,
             steal_pct,
-            report: Some(r),
+            ..Run::from_report(tool, direction, r, Some(client_cpu))
         })
     }
 

@@ -1,15 +1,31 @@
-//! Reading the JSON report of `wanblk copy --report`, and formatting
+//! Reading the report of `wanblk copy --report` (typed: a missing or
+//! wrong field is an error that names the run), figures from it, and
 //! optional figures as table cells: shared by every benchmark suite.
+
+use std::path::Path;
+
+use anyhow::Context;
+use wanblk_copy::Report;
+
+/// Reads the report `wanblk copy --report path` wrote for `run`.
+///
+/// # Errors
+/// The file missing or not a report of this build's schema; the message
+/// names `run` and the file.
+pub(crate) fn read(path: &Path, run: &str) -> anyhow::Result<Report> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("{run}: reading its report {}", path.display()))?;
+    Report::from_json(&bytes).with_context(|| format!("{run}: report {}", path.display()))
+}
 
 /// Steady goodput (Mbit/s) from a report: the duration-weighted mean of
 /// the samples that start at or after `from_s`, discarded ones left out.
-pub(crate) fn steady_after(report: &serde_json::Value, from_s: f64) -> Option<f64> {
+pub(crate) fn steady_after(report: &Report, from_s: f64) -> Option<f64> {
     let (mut bits, mut secs) = (0.0, 0.0);
-    for s in report["samples"].as_array()? {
-        let (t, d, g) = (s["t_s"].as_f64()?, s["duration_s"].as_f64()?, s["goodput_mbps"].as_f64()?);
-        if t - d >= from_s && !s["discarded"].as_bool().unwrap_or(false) {
-            bits += g * d;
-            secs += d;
+    for s in &report.samples {
+        if s.t_s - s.duration_s >= from_s && !s.discarded {
+            bits += s.goodput_mbps * s.duration_s;
+            secs += s.duration_s;
         }
     }
     (secs > 0.0).then(|| bits / secs)
@@ -17,9 +33,14 @@ pub(crate) fn steady_after(report: &serde_json::Value, from_s: f64) -> Option<f6
 
 /// Seconds into the copy at which the tuner last converged (the end of the
 /// interval it names), if it did.
-pub(crate) fn converged_at_s(report: &serde_json::Value) -> Option<f64> {
-    let i = report["tuning"]["converged_at_interval"].as_u64()?;
-    report["samples"].as_array()?.get(i.saturating_sub(1) as usize)?["t_s"].as_f64()
+pub(crate) fn converged_at_s(report: &Report) -> Option<f64> {
+    let i = report.tuning.as_ref()?.converged_at_interval?;
+    Some(report.samples.get(usize::try_from(i.saturating_sub(1)).ok()?)?.t_s)
+}
+
+/// `(t_s, value)` of every sample: goodput or N over time, for plots.
+pub(crate) fn timeline(report: &Report, value: fn(&wanblk_copy::Sample) -> f64) -> Vec<(f64, f64)> {
+    report.samples.iter().map(|s| (s.t_s, value(s))).collect()
 }
 
 /// `v` with `prec` decimals, or `-` when unknown.
@@ -33,31 +54,98 @@ pub(crate) fn csv_cell(v: Option<f64>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use wanblk_copy::Sample;
+
+    /// A sample ending at `t_s`, lasting `duration_s`.
+    pub(crate) fn sample(t_s: f64, duration_s: f64, goodput_mbps: f64, n: usize) -> Sample {
+        Sample {
+            t_s,
+            n,
+            goodput_mbps,
+            completed_mbps: goodput_mbps,
+            from_tcp: true,
+            fairness: None,
+            retransmits: 0,
+            duration_s,
+            rtt_ms: 100.0,
+            discarded: false,
+            drain_wait_s: 0.0,
+            request_bytes: 1 << 20,
+            depth: 4,
+        }
+    }
+
+    /// A report of a finished copy with these samples and no tuner.
+    pub(crate) fn report(samples: Vec<Sample>) -> Report {
+        Report {
+            schema_version: wanblk_copy::report::SCHEMA_VERSION,
+            source: "nbd://x/".into(),
+            destination: "null:".into(),
+            bytes: 1 << 30,
+            seconds: 10.0,
+            goodput_mbps: 858.99,
+            data_bytes: 1 << 30,
+            zero_bytes: 0,
+            skipped_bytes: 0,
+            connections: 4,
+            requests: 4,
+            request_size: 1 << 20,
+            samples,
+            sha256: None,
+            complete: true,
+            tuning: None,
+            cpu_user_s: 1.0,
+            cpu_system_s: 1.0,
+            notes: Vec::new(),
+            error: None,
+        }
+    }
 
     #[test]
     fn steady_skips_warmup_and_discarded() {
-        let r = serde_json::json!({"samples": [
-            {"t_s": 1.0, "duration_s": 1.0, "goodput_mbps": 10.0},
-            {"t_s": 2.0, "duration_s": 1.0, "goodput_mbps": 100.0},
-            {"t_s": 3.0, "duration_s": 1.0, "goodput_mbps": 500.0, "discarded": true},
-            {"t_s": 4.0, "duration_s": 1.0, "goodput_mbps": 200.0},
-        ]});
+        let mut r = report(vec![
+            sample(1.0, 1.0, 10.0, 1),
+            sample(2.0, 1.0, 100.0, 1),
+            sample(3.0, 1.0, 500.0, 1),
+            sample(4.0, 1.0, 200.0, 1),
+        ]);
+        r.samples[2].discarded = true;
         assert_eq!(steady_after(&r, 1.0), Some(150.0));
         assert_eq!(steady_after(&r, 10.0), None);
+        assert_eq!(timeline(&r, |s| s.goodput_mbps)[1], (2.0, 100.0));
     }
 
     #[test]
     fn convergence_time_is_the_named_interval_end() {
-        let r = serde_json::json!({
-            "tuning": {"converged_at_interval": 2},
-            "samples": [{"t_s": 0.5}, {"t_s": 1.25}, {"t_s": 2.0}],
-        });
+        let mut r =
+            report(vec![sample(0.5, 0.5, 1.0, 1), sample(1.25, 0.75, 1.0, 2), sample(2.0, 0.75, 1.0, 2)]);
+        assert_eq!(converged_at_s(&r), None, "no tuner");
+        let tuner = wanblk_tune::Tuner::new(wanblk_tune::TunerConfig::default()).unwrap();
+        let mut tuning = tuner.report();
+        r.tuning = Some(tuning.clone());
+        assert_eq!(converged_at_s(&r), None, "not converged");
+        tuning.converged_at_interval = Some(2);
+        r.tuning = Some(tuning);
         assert_eq!(converged_at_s(&r), Some(1.25));
-        assert_eq!(converged_at_s(&serde_json::json!({"tuning": {}})), None);
         assert_eq!(cell(Some(1.234), 2), "1.23");
         assert_eq!(cell(None, 2), "-");
         assert_eq!((csv_cell(Some(2.0)), csv_cell(None)), ("2.000".into(), String::new()));
+    }
+
+    #[test]
+    fn a_bad_report_names_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let e = format!("{:#}", read(&path, "wanblk -C auto").unwrap_err());
+        assert!(e.starts_with("wanblk -C auto: reading its report"), "{e}");
+        let mut v = serde_json::to_value(report(Vec::new())).unwrap();
+        v.as_object_mut().unwrap().remove("data_bytes");
+        std::fs::write(&path, v.to_string()).unwrap();
+        let e = format!("{:#}", read(&path, "wanblk -C 4").unwrap_err());
+        assert!(e.starts_with("wanblk -C 4: report") && e.contains("missing field `data_bytes`"), "{e}");
+        std::fs::write(&path, serde_json::to_string(&report(Vec::new())).unwrap()).unwrap();
+        assert_eq!(read(&path, "x").unwrap(), report(Vec::new()));
     }
 }

@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Serialize;
+use wanblk_copy::Report;
 use wanblk_netem::{Profile, SysctlProfile};
 
 use crate::path::{BenchPath, Direction, PathSpec, Run};
 use crate::plot::{Chart, Series};
-use crate::report::{cell, converged_at_s, csv_cell, steady_after};
+use crate::report::{cell, converged_at_s, csv_cell, steady_after, timeline};
 
 /// How much to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,12 +211,8 @@ fn bytes_for_mbps(mbps: f64, secs: f64) -> u64 {
     ((b as u64) >> 20).max(64) << 20
 }
 
-fn timeline_chart(title: &str, report: &serde_json::Value, ceiling: Option<f64>, mark: Option<f64>) -> Chart {
-    let samples = report["samples"].as_array().cloned().unwrap_or_default();
-    let pts = |k: &str| -> Vec<(f64, f64)> {
-        samples.iter().filter_map(|s| Some((s["t_s"].as_f64()?, s[k].as_f64()?))).collect()
-    };
-    let g = pts("goodput_mbps");
+fn timeline_chart(title: &str, report: &Report, ceiling: Option<f64>, mark: Option<f64>) -> Chart {
+    let g = timeline(report, |s| s.goodput_mbps);
     let tmax = g.last().map_or(1.0, |p| p.0);
     let mut series = vec![Series { markers: false, ..Series::new("goodput", g) }];
     if let Some(c) = ceiling {
@@ -233,7 +230,7 @@ fn timeline_chart(title: &str, report: &serde_json::Value, ceiling: Option<f64>,
         series,
         right: Some((
             "active sessions N".into(),
-            vec![Series { markers: false, ..Series::new("N", pts("n")) }],
+            vec![Series { markers: false, ..Series::new("N", timeline(report, |s| s.n as f64)) }],
         )),
     }
 }
@@ -449,7 +446,7 @@ fn change_experiment(
         );
         // Re-convergence: the last convergence after the change.
         let conv = converged_at_s(rep);
-        let retunes = rep["tuning"]["retunes"].as_u64().unwrap_or(0);
+        let retunes = rep.tuning.as_ref().map_or(0, |t| t.retunes);
         let note = match conv {
             Some(t) if t > at_s && retunes > 0 => {
                 format!("re-converged {:.1} s after the change", t - at_s)

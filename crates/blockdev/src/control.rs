@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use wanblk_tune::{IntervalPolicy, PathSnapshot, Tuner, TunerConfig, TuningReport};
 
@@ -103,8 +103,9 @@ pub const IN_FLIGHT_FLOOR: u64 = 64 << 20;
 /// uses this size by default).
 pub const MIN_SPLIT: u32 = 256 << 10;
 
-/// One measured interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// One measured interval. Read back (from a copy's report), every field is
+/// required (`null` for none).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IntervalSample {
     /// End of the interval, seconds since the controller started.
     pub t_s: f64,
@@ -120,6 +121,7 @@ pub struct IntervalSample {
     /// Jain's fairness index of the active sessions' shares of the bytes
     /// moved (1 = equal; low values mean some connections starve while
     /// others run, seed 004's concern). Needs TCP counters.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub fairness: Option<f64>,
     /// TCP segments our sockets retransmitted during the interval (our
     /// side sends in a backup; in a restore the server's retransmissions

@@ -19,4 +19,4 @@ pub mod progress;
 pub mod report;
 
 pub use engine::{CopyError, CopyOptions, CopyOutcome, Progress, copy};
-pub use report::{Report, Sample};
+pub use report::{Report, ReportError, Sample, TuningReport};

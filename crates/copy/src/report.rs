@@ -1,13 +1,39 @@
-//! The JSON report written by `wanblk copy --report FILE`.
+//! The JSON report written by `wanblk copy --report FILE`, and read back
+//! by the benchmarks ([`Report::from_json`]).
+//!
+//! # Schema versions
+//!
+//! `schema_version` names the layout. Readers ignore fields they do not
+//! know, so a field may be added within a version; a field removed or
+//! renamed, or one whose type or meaning changes, bumps the version.
+//!
+//! - **1** (no `schema_version` field): written before this type could be
+//!   read back; `tuning` was free-form JSON and readers picked fields out
+//!   of it, taking a missing one for 0.
+//! - **2**: adds `schema_version`; `tuning` is the tuner's
+//!   [`TuningReport`] and each sample a [`Sample`], both typed. Every
+//!   field is required when read: an optional one is written as `null`,
+//!   never left out, so a missing field is an error, not a silent 0. The
+//!   other fields are those of version 1, unchanged.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One goodput measurement interval (`t_s`, `n`, `goodput_mbps` and more).
 pub use wanblk_blockdev::control::IntervalSample as Sample;
+/// The tuner's record with `--connections auto`.
+pub use wanblk_tune::TuningReport;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything a finished (or failed) copy reports.
-#[derive(Debug, Clone, Serialize)]
+///
+/// Optional fields are required when read (`null` when absent): see the
+/// [module docs](self).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// Layout of this report: [`SCHEMA_VERSION`] when written by this build.
+    pub schema_version: u32,
     /// Source URI (secrets removed).
     pub source: String,
     /// Destination URI (secrets removed).
@@ -34,11 +60,13 @@ pub struct Report {
     /// Goodput per monitoring interval.
     pub samples: Vec<Sample>,
     /// sha256 of the image in offset order (holes hashed as zeroes), with `--verify`.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub sha256: Option<String>,
     /// Every byte was copied (false after `--stop-after` or an error).
     pub complete: bool,
     /// The tuner's record with `--connections auto`.
-    pub tuning: Option<serde_json::Value>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub tuning: Option<TuningReport>,
     /// CPU seconds this process spent in user mode during the copy.
     pub cpu_user_s: f64,
     /// CPU seconds this process spent in the kernel during the copy.
@@ -46,5 +74,169 @@ pub struct Report {
     /// Adjustments and warnings.
     pub notes: Vec<String>,
     /// The error that stopped the copy, if it failed.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub error: Option<String>,
+}
+
+/// A report that cannot be read as this build's [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The bytes are not JSON.
+    #[error("not a JSON report: {0}")]
+    NotJson(serde_json::Error),
+    /// The report has another schema version than [`SCHEMA_VERSION`].
+    #[error(
+        "report schema version {}, this build reads version {SCHEMA_VERSION}{}",
+        .found.map_or("1 (no schema_version field)".to_string(), |v| v.to_string()),
+        if .found.is_none_or(|v| v < u64::from(SCHEMA_VERSION)) {
+            " (written by an older wanblk: run the copy again)"
+        } else {
+            " (written by a newer wanblk)"
+        }
+    )]
+    Version {
+        /// The `schema_version` found, if any.
+        found: Option<u64>,
+    },
+    /// A field is missing or has the wrong type (serde's message names it).
+    #[error("report does not match schema version {SCHEMA_VERSION}: {0}")]
+    Fields(serde_json::Error),
+}
+
+impl Report {
+    /// Reads a report as written by `wanblk copy --report`.
+    ///
+    /// # Errors
+    /// [`ReportError`]: not JSON, another schema version, or a field
+    /// missing or of the wrong type.
+    pub fn from_json(bytes: &[u8]) -> Result<Report, ReportError> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(ReportError::NotJson)?;
+        // Not an object: serde says what it is instead.
+        if let Some(fields) = value.as_object() {
+            match fields.get("schema_version").map(serde_json::Value::as_u64) {
+                None => return Err(ReportError::Version { found: None }),
+                Some(Some(v)) if v != u64::from(SCHEMA_VERSION) => {
+                    return Err(ReportError::Version { found: Some(v) });
+                }
+                // This version, or not a number (a field of the wrong type, below).
+                Some(_) => {}
+            }
+        }
+        serde_json::from_value(value).map_err(ReportError::Fields)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t_s: f64) -> Sample {
+        Sample {
+            t_s,
+            n: 4,
+            goodput_mbps: 800.0,
+            completed_mbps: 790.0,
+            from_tcp: true,
+            fairness: Some(0.99),
+            retransmits: 3,
+            duration_s: 0.5,
+            rtt_ms: 100.0,
+            discarded: false,
+            drain_wait_s: 0.0,
+            request_bytes: 1 << 20,
+            depth: 8,
+        }
+    }
+
+    fn report() -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            source: "nbd://a/x".into(),
+            destination: "null:".into(),
+            bytes: 1 << 30,
+            seconds: 12.5,
+            goodput_mbps: 687.2,
+            data_bytes: 1 << 30,
+            zero_bytes: 0,
+            skipped_bytes: 0,
+            connections: 4,
+            requests: 8,
+            request_size: 1 << 20,
+            samples: vec![sample(0.5), sample(1.0)],
+            sha256: None,
+            complete: true,
+            tuning: None,
+            cpu_user_s: 1.0,
+            cpu_system_s: 2.0,
+            notes: vec!["a note".into()],
+            error: None,
+        }
+    }
+
+    fn json(r: &Report) -> serde_json::Value {
+        serde_json::to_value(r).unwrap()
+    }
+
+    fn read(v: &serde_json::Value) -> Result<Report, ReportError> {
+        Report::from_json(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = report();
+        assert_eq!(read(&json(&r)).unwrap(), r);
+        let r = Report { sha256: Some("ab".repeat(32)), error: Some("boom".into()), ..report() };
+        assert_eq!(read(&json(&r)).unwrap(), r);
+    }
+
+    #[test]
+    fn a_version_1_report_is_named_as_such() {
+        let mut v = json(&report());
+        v.as_object_mut().unwrap().remove("schema_version");
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("version 1") && e.contains("older wanblk"), "{e}");
+        v["schema_version"] = 3.into();
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("version 3") && e.contains("newer wanblk"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_or_wrong_field_is_named() {
+        for field in ["seconds", "data_bytes", "sha256", "tuning", "error"] {
+            let mut v = json(&report());
+            v.as_object_mut().unwrap().remove(field);
+            let e = read(&v).unwrap_err().to_string();
+            assert!(e.contains(&format!("missing field `{field}`")), "{field}: {e}");
+        }
+        let mut v = json(&report());
+        v["samples"][1].as_object_mut().unwrap().remove("fairness");
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("missing field `fairness`"), "{e}");
+        let mut v = json(&report());
+        v["goodput_mbps"] = "fast".into();
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("invalid type") && e.contains("fast"), "{e}");
+        let mut v = json(&report());
+        v["schema_version"] = "2".into();
+        assert!(read(&v).unwrap_err().to_string().contains("invalid type"));
+    }
+
+    #[test]
+    fn garbage_is_not_json() {
+        for bad in [&b""[..], b"{\"schema_version\": 2,", b"\xff\xfe", b"[1, 2]"] {
+            let e = Report::from_json(bad).unwrap_err();
+            assert!(!e.to_string().is_empty());
+        }
+        assert!(matches!(Report::from_json(b"{\"schema_version\": 2,"), Err(ReportError::NotJson(_))));
+        // JSON, but not an object.
+        let e = Report::from_json(b"[1, 2]").unwrap_err();
+        assert!(matches!(e, ReportError::Fields(_)) && e.to_string().contains("invalid type"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_within_a_version() {
+        let mut v = json(&report());
+        v["added_later"] = 1.into();
+        assert_eq!(read(&v).unwrap(), report());
+    }
 }

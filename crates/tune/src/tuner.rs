@@ -102,6 +102,7 @@ pub struct StepRecord {
     /// The N chosen next.
     pub next_n: usize,
     /// The golden-section bracket after the decision, if in that phase.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub bracket: Option<Bracket>,
 }
 
@@ -116,16 +117,20 @@ pub struct Discards {
     pub stale: u64,
 }
 
-/// Everything the tuner did so far, for logs and JSON reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Everything the tuner did so far, for logs and JSON reports. Read back,
+/// every field is required (`null` for none), so a report cut short is an
+/// error rather than a `None`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuningReport {
     /// The current phase.
     pub phase: Phase,
     /// The N the tuner currently answers.
     pub current_n: usize,
     /// The converged N while converged, else `None`.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub final_n: Option<usize>,
     /// Interval (1-based) at which the latest convergence happened.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub converged_at_interval: Option<u64>,
     /// Samples observed so far.
     pub intervals: u64,
@@ -141,6 +146,7 @@ pub struct TuningReport {
     pub history_truncated: u64,
     /// Estimated relative standard deviation of one sample, from repeated
     /// samples at the same N (`None` until two pairs were seen).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub noise_estimate: Option<f64>,
 }
 

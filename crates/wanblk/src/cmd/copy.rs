@@ -207,6 +207,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     let data_bytes = progress.data.load(Ordering::Relaxed);
     let samples: Vec<Sample> = state.samples();
     let mut report = Report {
+        schema_version: wanblk_copy::report::SCHEMA_VERSION,
         source: src.endpoint.name().to_string(),
         destination: match &dst.part {
             Some((_, fin)) => fin.display().to_string(),
@@ -224,7 +225,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         samples,
         sha256: None,
         complete: false,
-        tuning: state.tuning().map(|t| serde_json::to_value(t).unwrap_or_default()),
+        tuning: state.tuning(),
         cpu_user_s: cpu_end.0.saturating_sub(cpu_start.0).as_secs_f64(),
         cpu_system_s: cpu_end.1.saturating_sub(cpu_start.1).as_secs_f64(),
         notes: notes.clone(),
