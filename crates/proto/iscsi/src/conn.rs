@@ -3,6 +3,12 @@
 //! and buffer-offset checks, R2T -> Data-Out sequences, immediate and
 //! unsolicited data, NOP-In/NOP-Out, Reject, Async Message and logout.
 //!
+//! A hostile target cannot make this side queue more than a write's own
+//! data: MaxOutstandingR2T is enforced (an R2T stays outstanding until its
+//! last Data-Out is handed out by [`Connection::poll_transmit`]), an R2T
+//! asking again for bytes already sent or requested is a protocol error
+//! (ErrorRecoveryLevel is 0), and a write gets at most [`max_r2ts`] R2Ts.
+//!
 //! Sans-I/O: [`Connection::start_command`] and friends queue PDUs that
 //! [`Connection::poll_transmit`] hands out; [`Connection::handle_input`]
 //! consumes received bytes and queues [`Event`]s for
@@ -10,7 +16,7 @@
 //! ([`CmdWindow`]) is passed in, so several connections of one MC/S
 //! session can share it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 
@@ -160,7 +166,81 @@ enum TaskKind {
     /// Read or no-data command: Data-In comes in order.
     Read { segments: Vec<Bytes>, received: u32, next_data_sn: u32 },
     /// Write command: R2Ts ask for the rest after the unsolicited burst.
-    Write { data: Bytes, next_r2t_sn: u32 },
+    Write(WriteTask),
+}
+
+/// A write's data and what the target asked for so far (RFC 7143 sections
+/// 11.8, 13.17). Every byte is sent at most once: at ErrorRecoveryLevel 0
+/// an R2T may not ask again for data already sent or requested, so the
+/// Data-Out a target can make this side queue is bounded by the write.
+#[derive(Debug)]
+struct WriteTask {
+    data: Bytes,
+    next_r2t_sn: u32,
+    /// R2Ts whose last Data-Out has not been handed out by `poll_transmit`.
+    outstanding_r2t: u32,
+    /// R2Ts received.
+    r2ts: u32,
+    /// Byte ranges sent unsolicited or requested by an R2T, adjacent ones
+    /// merged (start -> end).
+    requested: BTreeMap<u32, u32>,
+}
+
+impl WriteTask {
+    /// Records `[from, to)` as requested; `Err` with the overlapping range
+    /// if any of it was sent or requested before.
+    fn request(&mut self, from: u32, to: u32) -> Result<(), (u32, u32)> {
+        let prev = self.requested.range(..=from).next_back().map(|(&s, &e)| (s, e));
+        let next = self.requested.range(from..).next().map(|(&s, &e)| (s, e));
+        if let Some((s, e)) = prev
+            && e > from
+        {
+            return Err((s, e));
+        }
+        if let Some((s, e)) = next
+            && s < to
+        {
+            return Err((s, e));
+        }
+        let mut merged = (from, to);
+        if let Some((s, e)) = prev
+            && e == from
+        {
+            self.requested.remove(&s);
+            merged.0 = s;
+        }
+        if let Some((s, e)) = next
+            && s == to
+        {
+            self.requested.remove(&s);
+            merged.1 = e;
+        }
+        self.requested.insert(merged.0, merged.1);
+        Ok(())
+    }
+}
+
+/// The most R2Ts one write of `len` bytes may get: [`R2T_ALLOWANCE`] plus
+/// one per 512 bytes (the smallest MaxBurstLength RFC 7143 allows), so the
+/// bookkeeping of a write stays proportional to it.
+pub fn max_r2ts(len: u32) -> u32 {
+    R2T_ALLOWANCE + len / 512
+}
+
+/// R2Ts every write may get on top of one per 512 bytes.
+pub const R2T_ALLOWANCE: u32 = 16;
+
+/// What a queued PDU belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TxTag {
+    /// The write task of a Data-Out PDU (dropped if the task ends first).
+    task: Option<u32>,
+    /// The last Data-Out answering an R2T: handing it out ends that R2T.
+    ends_r2t: bool,
+}
+
+impl TxTag {
+    const NONE: TxTag = TxTag { task: None, ends_r2t: false };
 }
 
 /// Phases of the connection after login (RFC 7143 section 8.1.3).
@@ -192,7 +272,7 @@ pub struct Connection {
     pings: HashMap<u32, ()>,
     /// Queued PDUs; Data-Out ones tagged with their task, so they can be
     /// dropped if the task ends first (a target may answer a write early).
-    tx: VecDeque<(Option<u32>, OutPdu)>,
+    tx: VecDeque<(TxTag, OutPdu)>,
     events: VecDeque<Event>,
     phase: Phase,
 }
@@ -310,23 +390,36 @@ impl Connection {
         let (kind, imm_data) = match cmd.dir {
             DataDir::Write(data) => {
                 let imm = data.slice(..immediate);
-                (TaskKind::Write { data, next_r2t_sn: 0 }, imm)
+                let mut w = WriteTask {
+                    data,
+                    next_r2t_sn: 0,
+                    outstanding_r2t: 0,
+                    r2ts: 0,
+                    requested: BTreeMap::new(),
+                };
+                if unsolicited > 0 {
+                    w.request(0, unsolicited as u32).expect("nothing requested yet");
+                }
+                (TaskKind::Write(w), imm)
             }
             _ => (TaskKind::Read { segments: Vec::new(), received: 0, next_data_sn: 0 }, Bytes::new()),
         };
-        self.tx.push_back((None, self.codec.encode(&header, imm_data)));
-        if let TaskKind::Write { data, .. } = &kind
+        self.tx.push_back((TxTag::NONE, self.codec.encode(&header, imm_data)));
+        if let TaskKind::Write(w) = &kind
             && unsolicited > immediate
         {
-            let data = data.clone();
-            self.queue_data_out(itt, RESERVED_TAG, &data, immediate, unsolicited);
+            let data = w.data.clone();
+            self.queue_data_out(itt, None, &data, immediate, unsolicited);
         }
         self.tasks.insert(itt, Task { expected_len, kind });
         Ok(itt)
     }
 
-    /// Queues Data-Out PDUs for `data[from..to]`, one sequence (RFC 7143 section 11.7).
-    fn queue_data_out(&mut self, itt: u32, ttt: u32, data: &Bytes, from: usize, to: usize) {
+    /// Queues Data-Out PDUs for `data[from..to]`, one sequence (RFC 7143
+    /// section 11.7): unsolicited (`r2t_ttt` None) or answering the R2T with
+    /// that target transfer tag.
+    fn queue_data_out(&mut self, itt: u32, r2t_ttt: Option<u32>, data: &Bytes, from: usize, to: usize) {
+        let ttt = r2t_ttt.unwrap_or(RESERVED_TAG);
         let seg = self.max_out_segment();
         let mut off = from;
         let mut data_sn = 0u32;
@@ -341,7 +434,9 @@ impl Connection {
                 data_sn,
                 buffer_offset: off as u32,
             });
-            self.tx.push_back((Some(itt), self.codec.encode(&h, data.slice(off..off + n))));
+            // The last PDU of a solicited sequence ends its R2T.
+            let tag = TxTag { task: Some(itt), ends_r2t: off + n == to && r2t_ttt.is_some() };
+            self.tx.push_back((tag, self.codec.encode(&h, data.slice(off..off + n))));
             off += n;
             data_sn = data_sn.wrapping_add(1);
         }
@@ -364,7 +459,7 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back((None, self.codec.encode(&h, Bytes::new())));
+        self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
         Ok(itt)
     }
 
@@ -391,14 +486,21 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back((None, self.codec.encode(&h, Bytes::new())));
+        self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
         self.phase = Phase::LoggingOut { itt };
         Ok(())
     }
 
-    /// The next PDU to write.
+    /// The next PDU to write. Handing out the last Data-Out of an R2T ends
+    /// that R2T (it no longer counts against MaxOutstandingR2T).
     pub fn poll_transmit(&mut self) -> Option<OutPdu> {
-        self.tx.pop_front().map(|(_, p)| p)
+        let (tag, pdu) = self.tx.pop_front()?;
+        if tag.ends_r2t
+            && let Some(Task { kind: TaskKind::Write(w), .. }) = tag.task.and_then(|t| self.tasks.get_mut(&t))
+        {
+            w.outstanding_r2t = w.outstanding_r2t.saturating_sub(1);
+        }
+        Some(pdu)
     }
 
     /// PDUs waiting to be written.
@@ -453,8 +555,8 @@ impl Connection {
 
     /// Drops Data-Out PDUs still queued for a task that ended.
     fn drop_pending_data(&mut self, itt: u32) {
-        if self.tx.iter().any(|(t, _)| *t == Some(itt)) {
-            self.tx.retain(|(t, _)| *t != Some(itt));
+        if self.tx.iter().any(|(t, _)| t.task == Some(itt)) {
+            self.tx.retain(|(t, _)| t.task != Some(itt));
         }
     }
 
@@ -563,7 +665,7 @@ impl Connection {
             .tasks
             .remove(&itt)
             .ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::ScsiResponse, itt })?;
-        if matches!(task.kind, TaskKind::Write { .. }) {
+        if matches!(task.kind, TaskKind::Write(_)) {
             self.drop_pending_data(itt);
         }
         let result = if h.response != 0 {
@@ -577,20 +679,22 @@ impl Connection {
         Ok(())
     }
 
+    /// An R2T (RFC 7143 section 11.8): checked against the task, the burst
+    /// limit, MaxOutstandingR2T (section 13.17) and what was already sent or
+    /// requested, then answered with Data-Out.
     fn r2t(&mut self, h: R2t) -> Result<(), ConnError> {
         let itt = h.itt;
         let max_burst = self.params.max_burst;
+        let max_outstanding = self.params.max_outstanding_r2t.max(1);
         let task =
             self.tasks.get_mut(&itt).ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::R2t, itt })?;
         let expected_len = task.expected_len;
-        let TaskKind::Write { data, next_r2t_sn } = &mut task.kind else {
+        let TaskKind::Write(w) = &mut task.kind else {
             return Err(ConnError::BadR2t { itt, message: "R2T for a command without write data".into() });
         };
-        if h.r2t_sn != *next_r2t_sn {
-            return Err(ConnError::BadR2t {
-                itt,
-                message: format!("R2TSN {} where {} was due", h.r2t_sn, next_r2t_sn),
-            });
+        let bad = |message: String| ConnError::BadR2t { itt, message };
+        if h.r2t_sn != w.next_r2t_sn {
+            return Err(bad(format!("R2TSN {} where {} was due", h.r2t_sn, w.next_r2t_sn)));
         }
         if u64::from(h.buffer_offset) + u64::from(h.desired_len) > u64::from(expected_len) {
             return Err(ConnError::BeyondTransferLength {
@@ -602,15 +706,28 @@ impl Connection {
             });
         }
         if h.desired_len > max_burst {
-            return Err(ConnError::BadR2t {
-                itt,
-                message: format!("desired length {} over MaxBurstLength {max_burst}", h.desired_len),
-            });
+            return Err(bad(format!("desired length {} over MaxBurstLength {max_burst}", h.desired_len)));
         }
-        *next_r2t_sn = next_r2t_sn.wrapping_add(1);
-        let data = data.clone();
-        let from = h.buffer_offset as usize;
-        self.queue_data_out(itt, h.ttt, &data, from, from + h.desired_len as usize);
+        if w.outstanding_r2t >= max_outstanding {
+            return Err(bad(format!(
+                "more than MaxOutstandingR2T={max_outstanding} R2Ts outstanding (their data not yet sent)"
+            )));
+        }
+        let max = max_r2ts(expected_len);
+        if w.r2ts >= max {
+            return Err(bad(format!("more than {max} R2Ts for a write of {expected_len} bytes")));
+        }
+        let (from, to) = (h.buffer_offset, h.buffer_offset + h.desired_len);
+        if let Err((s, e)) = w.request(from, to) {
+            return Err(bad(format!(
+                "R2T for bytes [{from}, {to}) asks again for [{s}, {e}), already sent or requested"
+            )));
+        }
+        w.next_r2t_sn = w.next_r2t_sn.wrapping_add(1);
+        w.outstanding_r2t += 1;
+        w.r2ts += 1;
+        let data = w.data.clone();
+        self.queue_data_out(itt, Some(h.ttt), &data, from as usize, to as usize);
         Ok(())
     }
 
@@ -635,7 +752,7 @@ impl Connection {
                 cmd_sn: window.current(),
                 exp_stat_sn: self.exp_stat_sn,
             });
-            self.tx.push_back((None, self.codec.encode(&out, data)));
+            self.tx.push_back((TxTag::NONE, self.codec.encode(&out, data)));
         }
         Ok(())
     }
@@ -678,7 +795,7 @@ fn take_data(task: Task) -> Bytes {
                 b.freeze()
             }
         },
-        TaskKind::Write { .. } => Bytes::new(),
+        TaskKind::Write(_) => Bytes::new(),
     }
 }
 

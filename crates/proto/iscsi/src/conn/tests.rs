@@ -2,6 +2,7 @@
 //! sockets, no clock.
 
 use super::*;
+use crate::error::PduError;
 use crate::pdu::{LogoutResponse, Opcode, ScsiCommand};
 use crate::scsi;
 
@@ -13,6 +14,7 @@ fn params() -> Params {
         max_burst: 8192,
         max_send_data_segment: 4096,
         max_recv_data_segment: 65536,
+        max_outstanding_r2t: 2,
         ..Params::default()
     }
 }
@@ -392,4 +394,183 @@ fn early_answer_to_a_write_drops_its_queued_data() {
     let kinds: Vec<Opcode> = sent.iter().map(|p| p.header.opcode()).collect();
     assert_eq!(kinds, vec![Opcode::ScsiCommand, Opcode::ScsiCommand], "the 3 Data-Out PDUs are gone");
     assert_eq!(sent[1].header.itt(), other);
+}
+
+// ---- R2T limits against a hostile target ---------------------------------
+
+fn r2t_bytes(t: &Target, itt: u32, sn: u32, off: u32, len: u32) -> BytesMut {
+    t.bytes(
+        Header::R2t(R2t {
+            lun: 0,
+            itt,
+            ttt: 0x100 + sn,
+            stat_sn: 100,
+            exp_cmd_sn: 2,
+            max_cmd_sn: 10,
+            r2t_sn: sn,
+            buffer_offset: off,
+            desired_len: len,
+        }),
+        &[],
+    )
+}
+
+/// A 64 KiB write that sends nothing unsolicited, MaxOutstandingR2T 1.
+fn solicited_write(max_outstanding_r2t: u32) -> (Connection, CmdWindow, Target, u32) {
+    let p = Params { initial_r2t: true, immediate_data: false, max_outstanding_r2t, ..params() };
+    let mut c = Connection::new(p, 0, 0);
+    let t = Target::new();
+    let data = Bytes::from(vec![9u8; 65536]);
+    let itt =
+        c.start_command(Command { cdb: scsi::write16(0, 128, false), dir: DataDir::Write(data) }, 1).unwrap();
+    t.drain(&mut c);
+    (c, CmdWindow::new(1, 1, 10), t, itt)
+}
+
+fn bad_r2t_message(r: Result<(), ConnError>) -> String {
+    match r {
+        Err(ConnError::BadR2t { message, .. }) => message,
+        r => panic!("expected a bad R2T, got {r:?}"),
+    }
+}
+
+#[test]
+fn an_r2t_for_a_range_already_requested_is_a_protocol_error() {
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    c.handle_input(&mut r2t_bytes(&t, itt, 0, 0, 8192), &mut w).unwrap();
+    assert_eq!(t.drain(&mut c).len(), 2, "two Data-Out PDUs of 4096 bytes");
+    // The same range again (the amplification: 48 bytes in, 8 KiB out, forever).
+    let m = bad_r2t_message(c.handle_input(&mut r2t_bytes(&t, itt, 1, 0, 8192), &mut w));
+    assert!(m.contains("[0, 8192) asks again for [0, 8192)"), "{m}");
+    assert!(t.drain(&mut c).is_empty(), "nothing more is sent");
+    assert!(
+        matches!(&completed(&mut c)[..], [(i, Err(CommandError::Connection(ConnError::BadR2t { .. })))] if *i == itt)
+    );
+}
+
+#[test]
+fn an_r2t_overlapping_unsolicited_data_is_a_protocol_error() {
+    // params(): 4096 bytes immediate, unsolicited Data-Out up to 8192.
+    let mut c = Connection::new(params(), 0, 0);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let t = Target::new();
+    let itt = c
+        .start_command(
+            Command { cdb: scsi::write16(0, 32, false), dir: DataDir::Write(Bytes::from(vec![1u8; 16384])) },
+            1,
+        )
+        .unwrap();
+    t.drain(&mut c);
+    let m = bad_r2t_message(c.handle_input(&mut r2t_bytes(&t, itt, 0, 8000, 1000), &mut w));
+    assert!(m.contains("asks again for [0, 8192)"), "{m}");
+}
+
+#[test]
+fn max_outstanding_r2t_is_enforced_until_the_last_data_out_is_handed_out() {
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    // Two R2Ts at once where one is allowed.
+    let mut two = r2t_bytes(&t, itt, 0, 0, 8192);
+    two.extend_from_slice(&r2t_bytes(&t, itt, 1, 8192, 8192));
+    let m = bad_r2t_message(c.handle_input(&mut two, &mut w));
+    assert!(m.contains("MaxOutstandingR2T=1"), "{m}");
+
+    // Same, but the second comes after only part of the first R2T's data was taken.
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    c.handle_input(&mut r2t_bytes(&t, itt, 0, 0, 8192), &mut w).unwrap();
+    assert!(c.poll_transmit().is_some(), "first of two Data-Out PDUs");
+    let m = bad_r2t_message(c.handle_input(&mut r2t_bytes(&t, itt, 1, 8192, 8192), &mut w));
+    assert!(m.contains("MaxOutstandingR2T=1"), "{m}");
+
+    // Once the last Data-Out of an R2T is handed out, the next R2T is fine.
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    for sn in 0..8 {
+        c.handle_input(&mut r2t_bytes(&t, itt, sn, sn * 8192, 8192), &mut w).unwrap();
+        let outs = t.drain(&mut c);
+        assert_eq!(outs.len(), 2);
+        assert!(outs.iter().all(|p| matches!(p.header, Header::DataOut(d) if d.ttt == 0x100 + sn)));
+    }
+    assert!(completed(&mut c).is_empty());
+
+    // With MaxOutstandingR2T 2, two at once are fine, a third is not.
+    let (mut c, mut w, t, itt) = solicited_write(2);
+    let mut three = r2t_bytes(&t, itt, 0, 0, 8192);
+    three.extend_from_slice(&r2t_bytes(&t, itt, 1, 8192, 8192));
+    c.handle_input(&mut three, &mut w).unwrap();
+    let m = bad_r2t_message(c.handle_input(&mut r2t_bytes(&t, itt, 2, 16384, 8192), &mut w));
+    assert!(m.contains("MaxOutstandingR2T=2"), "{m}");
+}
+
+#[test]
+fn tiny_and_empty_r2ts_are_bounded() {
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    // A zero length never reaches the task: the header decoder refuses it.
+    let r = c.handle_input(&mut r2t_bytes(&t, itt, 0, 0, 0), &mut w);
+    assert!(matches!(r, Err(ConnError::Pdu(PduError::InvalidField { value: 0, .. }))), "{r:?}");
+
+    // One-byte R2Ts: at most max_r2ts(65536) of them for the write.
+    let (mut c, mut w, t, itt) = solicited_write(1);
+    let max = max_r2ts(65536);
+    assert_eq!(max, R2T_ALLOWANCE + 128);
+    for sn in 0..max {
+        c.handle_input(&mut r2t_bytes(&t, itt, sn, sn * 2, 1), &mut w).unwrap();
+        assert_eq!(t.drain(&mut c).len(), 1);
+    }
+    let m = bad_r2t_message(c.handle_input(&mut r2t_bytes(&t, itt, max, max * 2, 1), &mut w));
+    assert!(m.contains(&format!("more than {max} R2Ts for a write of 65536 bytes")), "{m}");
+}
+
+proptest::proptest! {
+    /// Whatever R2Ts a target sends, no byte of a write goes out twice, so
+    /// the Data-Out a target can make this side queue is bounded by the write.
+    #[test]
+    fn no_byte_of_a_write_goes_out_twice(
+        max_outstanding in 1u32..4,
+        unsolicited in proptest::prelude::any::<bool>(),
+        r2ts in proptest::collection::vec((0u32..70_000, 1u32..20_000, proptest::prelude::any::<bool>(), 0u32..8), 0..40),
+    ) {
+        const LEN: usize = 65536;
+        let p = Params {
+            initial_r2t: !unsolicited,
+            immediate_data: unsolicited,
+            first_burst: 8192,
+            max_burst: 16384,
+            max_outstanding_r2t: max_outstanding,
+            ..params()
+        };
+        let mut c = Connection::new(p, 0, 0);
+        let mut w = CmdWindow::new(1, 1, 10);
+        let t = Target::new();
+        let itt = c
+            .start_command(Command { cdb: scsi::write16(0, 128, false), dir: DataDir::Write(Bytes::from(vec![3u8; LEN])) }, 1)
+            .unwrap();
+        let mut sent = vec![0u8; LEN];
+        let mut count = |c: &mut Connection| {
+            for pdu in t.drain(c) {
+                let off = match pdu.header {
+                    Header::ScsiCommand(_) => 0,
+                    Header::DataOut(d) => d.buffer_offset as usize,
+                    h => panic!("{h:?}"),
+                };
+                for b in &mut sent[off..off + pdu.data.len()] {
+                    *b += 1;
+                }
+            }
+        };
+        count(&mut c);
+        let mut sn = 0;
+        for (off, len, drain, skew) in r2ts {
+            // Mostly the right R2TSN, sometimes not.
+            let this_sn = if skew == 0 { sn + 1 } else { sn };
+            let r = c.handle_input(&mut r2t_bytes(&t, itt, this_sn, off, len), &mut w);
+            if r.is_err() {
+                break;
+            }
+            sn = this_sn + 1;
+            if drain {
+                count(&mut c);
+            }
+        }
+        count(&mut c);
+        proptest::prop_assert!(sent.iter().all(|&n| n <= 1), "a byte went out twice");
+    }
 }
