@@ -105,6 +105,46 @@ pub struct PoolStats {
     pub hedges_won: u64,
 }
 
+/// A pool's state at one moment ([`Pool::snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// Payload bytes of completed reads and writes since the pool opened.
+    pub completed_bytes: u64,
+    /// Sessions the pool is asked to keep active.
+    pub active: usize,
+    /// Most sessions the pool may open (after the store's limits).
+    pub max_sessions: usize,
+    /// Largest request on the wire (configured, fitted to the store).
+    pub max_request_bytes: u32,
+    /// Request sizes are multiples of this (the store's block size).
+    pub request_align: u32,
+    /// Most requests in flight per session.
+    pub max_depth: usize,
+    /// Bytes per request on the wire now.
+    pub request_bytes: u32,
+    /// Requests in flight per active session now.
+    pub depth: usize,
+    /// Every session the pool opened, failed ones included.
+    pub sessions: Vec<SessionSnapshot>,
+}
+
+/// One session of a [`PoolSnapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionSnapshot {
+    /// Index in the pool (in the order opened).
+    pub index: usize,
+    /// Takes new requests.
+    pub active: bool,
+    /// Its connection failed; it was retired.
+    pub failed: bool,
+    /// Requests it carries now.
+    pub in_flight: usize,
+    /// Payload bytes of the reads and writes it completed.
+    pub completed_bytes: u64,
+    /// TCP_INFO of its connections (empty without TCP, or once failed).
+    pub tcp: Vec<TcpInfo>,
+}
+
 /// Where a chunk's result goes; shared by the copies of a hedged chunk.
 struct Reply {
     tx: Mutex<Option<oneshot::Sender<Result<Done>>>>,
@@ -452,6 +492,36 @@ impl Pool {
             failed_sessions: sessions.iter().filter(|s| s.failed.load(Ordering::Relaxed)).count(),
             hedged: self.shared.hedged.load(Ordering::Relaxed),
             hedges_won: self.shared.hedges_won.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Everything the pool can say about itself now, in plain values: its
+    /// limits, the request shape in use, and every session it opened.
+    pub fn snapshot(&self) -> PoolSnapshot {
+        let sessions: Vec<_> = lock(&self.shared.sessions).clone();
+        PoolSnapshot {
+            completed_bytes: self.completed_bytes(),
+            active: self.active(),
+            max_sessions: self.shared.max_sessions,
+            max_request_bytes: self.request_size,
+            request_align: self.shared.block_min.max(1),
+            max_depth: self.shared.config.depth,
+            request_bytes: self.split(),
+            depth: self.depth(),
+            sessions: sessions
+                .iter()
+                .map(|s| {
+                    let failed = s.failed.load(Ordering::Relaxed);
+                    SessionSnapshot {
+                        index: s.index,
+                        active: s.active.load(Ordering::Relaxed),
+                        failed,
+                        in_flight: s.in_flight.load(Ordering::Relaxed),
+                        completed_bytes: s.completed_bytes.load(Ordering::Relaxed),
+                        tcp: if failed { Vec::new() } else { s.endpoint.tcp_info() },
+                    }
+                })
+                .collect(),
         }
     }
 

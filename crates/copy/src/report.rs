@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One goodput measurement interval (`t_s`, `n`, `goodput_mbps` and more).
-pub use wanblk_blockdev::control::IntervalSample as Sample;
+pub use wanblk_tune::IntervalSample as Sample;
 /// The tuner's record with `--connections auto`.
 pub use wanblk_tune::TuningReport;
 

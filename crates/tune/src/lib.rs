@@ -2,21 +2,25 @@
 //! sessions (TCP connections) to carry block I/O over, found by measuring.
 //!
 //! This crate is sans-I/O. It has no clock, no sockets and no async
-//! runtime; the driver (the session pool in `wanblk-blockdev`) owns all of
-//! that and talks to the tuner in plain values:
+//! runtime; the driver (the thin async loop of `wanblk-remote`) owns all of
+//! that and talks to the [`Controller`] in plain values:
 //!
 //! ```text
-//!            driver (blockdev)                        this crate
-//!  ┌──────────────────────────────────┐
-//!  │ run N sessions for one interval  │  PathSnapshot  ┌──────────────────┐
-//!  │ (length from IntervalPolicy) ────┼───────────────▶│ IntervalPolicy   │
-//!  │ count completed bytes            │  Sample        ├──────────────────┤
-//!  │ Sample { n, goodput, duration } ─┼───────────────▶│ Tuner::observe   │
-//!  │ set N = step.next_n  ◀───────────┼────────────────┤  -> Step         │
-//!  └──────────────────────────────────┘                └──────────────────┘
+//!        driver (wanblk-remote)                       this crate
+//!  ┌──────────────────────────────┐            ┌───────────────────────────┐
+//!  │ sleep until poll_timeout() ◀─┼─ Instant ──┤ Controller                │
+//!  │ read the pools' Counters  ───┼─ now, ────▶│  interval (IntervalPolicy)│
+//!  │                              │  Counters  │  warm-up, drain wait      │
+//!  │                              │            │  goodput -> Tuner::observe│
+//!  │ set_active / request_bytes ◀─┼─ Decision ─┤  request_plan             │
+//!  │ / depth on every pool        │            └───────────────────────────┘
+//!  └──────────────────────────────┘
 //! ```
 //!
-//! The driver calls [`Tuner::observe`] once per measurement interval and
+//! The [`Controller`] ([`control`]) turns counters into one goodput
+//! [`IntervalSample`] per interval and feeds the [`Tuner`], which answers
+//! the number of sessions for the next interval.
+//! The controller calls [`Tuner::observe`] once per measurement interval and
 //! uses [`Step::next_n`] sessions for the next one. The search is the APT
 //! algorithm of BDL-APT (seed 000, section 4.4): a multiplicative bracket
 //! search from N0 by a factor alpha while goodput rises, then an integer
@@ -29,9 +33,9 @@
 //! reach it, in ~log2 probes), and re-tuning when the converged goodput
 //! moves.
 //!
-//! Also here: [`IntervalPolicy`] (how long an interval should be) and [`sim`], a
-//! flow-level bottleneck model that drives the real tuner in simulated time
-//! for tests and benchmarks.
+//! Also here: [`IntervalPolicy`] (how long an interval should be) and [`sim`],
+//! flow-level bottleneck models that drive the real tuner and the real
+//! controller in simulated time for tests and benchmarks.
 //!
 //! ```
 //! use wanblk_tune::{Sample, Tuner, TunerConfig};
@@ -48,12 +52,17 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod control;
 mod golden;
 mod interval;
 pub mod sim;
 mod tuner;
 
 pub use config::{ConfigError, MAX_SESSIONS, ResampleConfig, RetuneConfig, TunerConfig};
+pub use control::{
+    Controller, ControllerConfig, Counters, DRAIN_WAIT_MAX, Decision, IntervalChoice, IntervalSample,
+    Parallelism, PoolCounters, PoolLimits, SessionCounters, TcpCounters, request_plan,
+};
 pub use golden::{Bracket, NU, golden_probe_bound};
 pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
 pub use tuner::{

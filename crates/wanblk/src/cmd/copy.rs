@@ -117,7 +117,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     progress.total.store(size, Ordering::Relaxed);
     let state = Arc::new(ControlState::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let control_cfg = args.session.control_config(!pools.is_empty());
+    let control_cfg = args.session.controller_config(!pools.is_empty());
     let controller = {
         let (pools, progress, state) = (pools.clone(), Arc::clone(&progress), Arc::clone(&state));
         tokio::spawn(async move {

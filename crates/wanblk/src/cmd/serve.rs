@@ -55,7 +55,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = {
         let (p, st) = (Arc::clone(&pool), Arc::clone(&state));
-        let cfg = args.session.control_config(true);
+        let cfg = args.session.controller_config(true);
         tokio::spawn(async move {
             let counter = Arc::clone(&p);
             control::run(vec![p], move || counter.completed_bytes(), cfg, st, stop_rx).await

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use wanblk_blockdev::control::{ControlConfig, IntervalChoice};
 use wanblk_blockdev::pool::{Hedge, PoolConfig};
-use wanblk_tune::{IntervalPolicy, TunerConfig};
+use wanblk_tune::{
+    ControllerConfig, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig,
+};
 
 use crate::location::NetOptions;
 use crate::units::parse_size;
@@ -114,9 +115,10 @@ pub(crate) struct SessionArgs {
     /// are in slow start, so it lasts RTT x (1 + log2(W / 14600)) for the
     /// largest window W any session has reached; after a decrease it lasts
     /// until the deactivated sessions have finished the requests they took
-    /// (at most 3 s), then 2 x RTT for the queue to drain. Goodput is counted from the bytes TCP delivered
-    /// or had acknowledged on every session (from completed requests over
-    /// Unix sockets).
+    /// (at most 3 s), then 2 x RTT for the queue to drain. Goodput is
+    /// counted from the bytes TCP delivered or had acknowledged on every
+    /// session; over Unix sockets from completed requests, and then `auto`
+    /// lasts until each session has completed about 4 requests (at most 3 s).
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
     pub(crate) interval: IntervalArg,
 
@@ -187,26 +189,31 @@ impl SessionArgs {
         }
     }
 
-    /// The monitoring loop's configuration; a tuner only with `auto` and
+    /// The controller's configuration; a tuner only with `auto` and
     /// something to tune.
-    pub(crate) fn control_config(&self, has_pools: bool) -> ControlConfig {
-        let net = self.net_options(Hedge::Off);
-        ControlConfig {
-            tuner: (self.is_auto() && has_pools).then(|| {
+    pub(crate) fn controller_config(&self, has_pools: bool) -> ControllerConfig {
+        let parallelism = match self.connections {
+            Connections::Fixed(n) => Parallelism::Fixed(n),
+            Connections::Auto if has_pools => {
                 let base = if self.paper_tuner { TunerConfig::paper() } else { TunerConfig::default() };
-                TunerConfig { n0: net.pool.initial_sessions, n_max: net.pool.max_sessions, ..base }
-            }),
-            adapt_depth: !self.paper_tuner && !self.fixed_requests,
+                Parallelism::Tuned(TunerConfig {
+                    n0: self.initial_connections,
+                    n_max: self.max_connections,
+                    ..base
+                })
+            }
+            Connections::Auto => Parallelism::Fixed(1),
+        };
+        ControllerConfig {
+            parallelism,
+            size_requests: !self.paper_tuner && !self.fixed_requests,
             interval: match self.interval {
                 IntervalArg::Every(d) => IntervalChoice::Fixed(d),
-                // Goodput comes from TCP byte counters (see wanblk_blockdev::control),
-                // so an interval needs round trips, not many whole requests.
-                IntervalArg::Auto => IntervalChoice::Auto(IntervalPolicy {
-                    requests_per_session: 0.0,
-                    min_interval_s: 0.25,
-                    ..IntervalPolicy::default()
-                }),
+                IntervalArg::Auto => {
+                    IntervalChoice::Auto(IntervalPolicy { min_interval_s: 0.25, ..IntervalPolicy::default() })
+                }
             },
+            drain_wait_max: DRAIN_WAIT_MAX,
         }
     }
 }

@@ -3,10 +3,18 @@
 //! [`IntervalPolicy`] in simulated time. Deterministic: noise comes from a
 //! seeded [`SplitMix64`].
 //!
-//! It is a model for testing the search, not an emulator: the emulator is
+//! [`SessionSim`] goes one level down: the pools' sessions one by one on a
+//! [`FlowModel`] path (slow start, draining, per-session limits, TCP and
+//! completion counters), to drive the whole [`Controller`](crate::Controller).
+//!
+//! These are models for testing the search, not an emulator: the emulator is
 //! `wanblk-netem`.
 
 use serde::Serialize;
+
+mod sessions;
+
+pub use sessions::SessionSim;
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::interval::{INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};

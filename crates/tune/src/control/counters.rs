@@ -1,0 +1,256 @@
+//! What the driver reads from its pools, in plain values, and what the
+//! controller makes of the TCP byte counters.
+
+use std::collections::HashMap;
+
+/// Everything the controller needs to know about the pools at one moment.
+/// The driver fills it from its pools every time it calls the controller.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    /// Payload bytes of completed requests since the start (monotonic): the
+    /// copy's progress, or the pool's own count.
+    pub completed_bytes: u64,
+    /// One entry per pool, always in the same order.
+    pub pools: Vec<PoolCounters>,
+}
+
+/// One pool: its limits and its open sessions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolCounters {
+    /// What the pool accepts.
+    pub limits: PoolLimits,
+    /// Its open sessions (failed ones left out).
+    pub sessions: Vec<SessionCounters>,
+}
+
+/// The values a pool accepts in a [`Decision`](crate::Decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLimits {
+    /// Most sessions the pool may open (after the store's own limits).
+    pub max_sessions: usize,
+    /// Largest request on the wire, bytes (configured, fitted to the store).
+    pub max_request_bytes: u32,
+    /// Request sizes must be a multiple of this (the store's block size).
+    pub request_align: u32,
+    /// Most requests in flight per session.
+    pub max_depth: usize,
+}
+
+impl Default for PoolLimits {
+    /// No limits (what a driver without pools has).
+    fn default() -> Self {
+        PoolLimits {
+            max_sessions: crate::MAX_SESSIONS,
+            max_request_bytes: u32::MAX,
+            request_align: 1,
+            max_depth: 1 << 16,
+        }
+    }
+}
+
+impl PoolLimits {
+    /// What every pool of `pools` accepts (the defaults when there is none).
+    pub fn common(pools: &[PoolCounters]) -> PoolLimits {
+        let Some(first) = pools.first() else { return PoolLimits::default() };
+        pools.iter().skip(1).fold(first.limits, |a, p| {
+            let b = p.limits;
+            PoolLimits {
+                max_sessions: a.max_sessions.min(b.max_sessions),
+                max_request_bytes: a.max_request_bytes.min(b.max_request_bytes),
+                request_align: lcm(a.request_align, b.request_align),
+                max_depth: a.max_depth.min(b.max_depth),
+            }
+        })
+    }
+}
+
+/// Least common multiple of two block sizes (in practice powers of two);
+/// the larger one if it would not fit.
+fn lcm(a: u32, b: u32) -> u32 {
+    let (a, b) = (a.max(1), b.max(1));
+    let gcd = {
+        let (mut x, mut y) = (a, b);
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    u32::try_from(u64::from(a / gcd) * u64::from(b)).unwrap_or(a.max(b))
+}
+
+/// One session of a pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionCounters {
+    /// The session's index in its pool (stable while it is open).
+    pub index: usize,
+    /// It takes new requests (one of the active N).
+    pub active: bool,
+    /// Requests it is carrying now; a session that is not active and still
+    /// has some is draining.
+    pub in_flight: usize,
+    /// Its TCP counters; `None` when it has no TCP connection (Unix socket,
+    /// local store).
+    pub tcp: Option<TcpCounters>,
+}
+
+/// Cumulative counters of one session's TCP connection(s), from `TCP_INFO`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    /// `tcpi_bytes_received + tcpi_bytes_acked`: unique payload bytes moved
+    /// either way (retransmissions excluded).
+    pub bytes: u64,
+    /// `tcpi_total_retrans`: segments our side retransmitted.
+    pub total_retrans: u32,
+    /// Smoothed RTT, microseconds.
+    pub rtt_us: u32,
+    /// Congestion window in bytes (`tcpi_snd_cwnd x tcpi_snd_mss`).
+    pub cwnd_bytes: u64,
+    /// Receive window target, bytes (`tcpi_rcv_space`).
+    pub rcv_space: u32,
+}
+
+impl Counters {
+    /// Sessions that are not active and still carry requests.
+    pub fn draining(&self) -> usize {
+        self.sessions().filter(|s| !s.active && s.in_flight > 0).count()
+    }
+
+    /// Every active session has TCP counters (so goodput can come from them).
+    pub fn tcp_complete(&self) -> bool {
+        !self.pools.is_empty() && self.sessions().all(|s| s.tcp.is_some() || !s.active)
+    }
+
+    /// Largest smoothed RTT of the active sessions, seconds (0 if unknown).
+    pub fn max_rtt_s(&self) -> f64 {
+        self.sessions()
+            .filter(|s| s.active)
+            .filter_map(|s| s.tcp)
+            .map(|t| f64::from(t.rtt_us) / 1e6)
+            .fold(0.0, f64::max)
+    }
+
+    /// The largest per-connection window of any session, bytes: the
+    /// congestion window where we send, the receive window target where we
+    /// receive. New sessions need about log2(window / initial window) round
+    /// trips of slow start to reach it.
+    pub fn max_window_bytes(&self) -> Option<u64> {
+        self.sessions()
+            .filter_map(|s| s.tcp)
+            .map(|t| t.cwnd_bytes.max(u64::from(t.rcv_space)))
+            .max()
+            .filter(|w| *w > 0)
+    }
+
+    fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
+        self.pools.iter().flat_map(|p| &p.sessions)
+    }
+}
+
+/// Per-session cumulative TCP counters, kept to difference between samples.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct TransportMeter {
+    last: HashMap<(usize, usize), (u64, u32)>,
+}
+
+/// What the TCP counters say about one interval.
+#[derive(Debug, Default)]
+pub(crate) struct TransportDelta {
+    /// Bytes moved per pool.
+    pub(crate) per_pool: Vec<u64>,
+    /// Jain's fairness index of the bytes moved by the active sessions.
+    pub(crate) fairness: Option<f64>,
+    /// Segments our sockets retransmitted (meaningful where we send).
+    pub(crate) retransmits: u64,
+}
+
+/// Jain's fairness index of `xs`: (sum x)^2 / (n * sum x^2); 1 = equal
+/// shares, 1/n = one of them carried everything.
+pub(crate) fn jain(xs: &[f64]) -> Option<f64> {
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    (xs.len() > 1 && sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sq))
+}
+
+impl TransportMeter {
+    /// Bytes moved since the last call, per pool, counting only sessions
+    /// seen both times (so sessions opening or failing do not jump the
+    /// sum). `None` when an active session has no TCP counters.
+    pub(crate) fn delta(&mut self, c: &Counters) -> Option<TransportDelta> {
+        let mut now = HashMap::new();
+        let mut d = TransportDelta { per_pool: vec![0; c.pools.len()], ..TransportDelta::default() };
+        let mut shares = Vec::new();
+        for (p, pool) in c.pools.iter().enumerate() {
+            for s in &pool.sessions {
+                let Some(tcp) = s.tcp else { continue };
+                if let Some((bytes, retrans)) = self.last.get(&(p, s.index)) {
+                    let moved = tcp.bytes.saturating_sub(*bytes);
+                    d.per_pool[p] += moved;
+                    d.retransmits += u64::from(tcp.total_retrans.saturating_sub(*retrans));
+                    if s.active {
+                        shares.push(moved as f64);
+                    }
+                }
+                now.insert((p, s.index), (tcp.bytes, tcp.total_retrans));
+            }
+        }
+        self.last = now;
+        d.fairness = jain(&shares);
+        c.tcp_complete().then_some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_index() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
+        let one = jain(&[9.0, 0.0, 0.0]).unwrap();
+        assert!((one - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(jain(&[3.0]), None);
+        assert_eq!(jain(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn common_limits() {
+        let pool = |max_sessions, max_request_bytes, request_align, max_depth| PoolCounters {
+            limits: PoolLimits { max_sessions, max_request_bytes, request_align, max_depth },
+            sessions: Vec::new(),
+        };
+        let l = PoolLimits::common(&[pool(64, 4 << 20, 512, 4), pool(8, 1 << 20, 4096, 16)]);
+        assert_eq!(
+            l,
+            PoolLimits { max_sessions: 8, max_request_bytes: 1 << 20, request_align: 4096, max_depth: 4 }
+        );
+        assert_eq!(PoolLimits::common(&[]), PoolLimits::default());
+        assert_eq!(lcm(6, 4), 12);
+        assert_eq!(lcm(0, 0), 1);
+        assert_eq!(lcm(u32::MAX, u32::MAX - 1), u32::MAX);
+    }
+
+    #[test]
+    fn meter_counts_sessions_seen_twice_and_needs_tcp_on_every_active_session() {
+        let s = |index, active, bytes| SessionCounters {
+            index,
+            active,
+            in_flight: 0,
+            tcp: Some(TcpCounters { bytes, ..TcpCounters::default() }),
+        };
+        let c = |sessions| Counters {
+            completed_bytes: 0,
+            pools: vec![PoolCounters { limits: PoolLimits::default(), sessions }],
+        };
+        let mut m = TransportMeter::default();
+        assert_eq!(m.delta(&c(vec![s(0, true, 100)])).unwrap().per_pool, vec![0]);
+        // Session 1 is new: not counted until seen twice.
+        let d = m.delta(&c(vec![s(0, true, 300), s(1, true, 50)])).unwrap();
+        assert_eq!(d.per_pool, vec![200]);
+        let d = m.delta(&c(vec![s(0, true, 400), s(1, true, 150)])).unwrap();
+        assert_eq!((d.per_pool[0], d.fairness), (200, Some(1.0)));
+        let unix = SessionCounters { index: 2, active: true, in_flight: 1, tcp: None };
+        assert!(m.delta(&c(vec![s(0, true, 500), unix])).is_none());
+        let idle = SessionCounters { active: false, ..unix };
+        assert!(m.delta(&c(vec![s(0, true, 600), idle])).is_some());
+    }
+}

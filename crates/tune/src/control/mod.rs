@@ -1,0 +1,401 @@
+//! The controller: every decision about how the pools carry the I/O, as a
+//! sans-I/O machine fed with the time and the pools' counters.
+//!
+//! ```text
+//!   driver (thin async loop)                         Controller
+//!   sleep until poll_timeout()  ◀──────────────────  poll_timeout() -> Instant
+//!   read the pools' Counters    ──── now, &Counters ─▶ on_timeout()
+//!   set_active / request bytes  ◀──── Decision ──────  (interval, warm-up, drain
+//!   / depth on every pool                              wait, goodput, Tuner,
+//!                                                      request plan)
+//! ```
+//!
+//! Every interval the controller turns counters that only grow when bytes
+//! really move into a goodput sample and, with a tuner, feeds it to the
+//! [`Tuner`] and answers the N it chose. What is counted: a request carries
+//! megabytes, so counting only whole completed requests quantizes a short
+//! interval badly. When every active session has TCP counters, the sample
+//! counts the payload bytes the kernel delivered or had acknowledged
+//! (`tcpi_bytes_received + tcpi_bytes_acked`, retransmissions excluded);
+//! otherwise (Unix sockets) completed requests, and then an automatic
+//! interval lasts until each session has completed a few requests
+//! ([`IntervalPolicy::requests_per_session`], up to the longest interval),
+//! so one interval does not read 0 and the next twice the rate.
+//!
+//! A sample taken right after N changed is a warm-up the tuner discards:
+//! after an increase as long as slow start needs to reach the largest
+//! window any session has; after a decrease it starts only when the
+//! deactivated sessions have finished the requests they took (their bytes
+//! would otherwise count for the smaller N; at most
+//! [`ControllerConfig::drain_wait_max`]), then lasts two round trips.
+//!
+//! That wait is as long as a session's requests in flight take at its
+//! share of the path, so with a tuner the controller also sizes the
+//! requests ([`request_plan`]): all sessions together keep about twice the
+//! measured bandwidth-delay product in flight (at least 64 MiB), cut into
+//! requests that fit each session's share.
+//!
+//! N is clamped here and only here: [`Controller::new`] fits the configured
+//! range into what every pool accepts ([`PoolLimits`]), and every
+//! [`Decision`] is within those limits.
+
+mod counters;
+mod plan;
+mod sample;
+
+use std::time::{Duration, Instant};
+
+pub use counters::{Counters, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
+pub use plan::{IN_FLIGHT_FLOOR, MIN_REQUEST_BYTES, request_plan};
+pub use sample::IntervalSample;
+
+use crate::config::{ConfigError, TunerConfig};
+use crate::interval::{IntervalPolicy, PathSnapshot};
+use crate::tuner::{Sample, Tuner, TuningReport};
+use counters::TransportMeter;
+
+/// How long each measurement interval is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum IntervalChoice {
+    /// Always this long.
+    Fixed(Duration),
+    /// From the path (RTT, goodput, request size), per [`IntervalPolicy`].
+    Auto(IntervalPolicy),
+}
+
+/// How many sessions carry the I/O.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parallelism {
+    /// This many, always (clamped to what the pools accept).
+    Fixed(usize),
+    /// Tuned by a [`Tuner`] with this configuration (its range clamped to
+    /// what the pools accept).
+    Tuned(TunerConfig),
+}
+
+/// What the controller does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerConfig {
+    /// Fixed or tuned N.
+    pub parallelism: Parallelism,
+    /// Interval rule.
+    pub interval: IntervalChoice,
+    /// With a tuner: cut requests and lower each session's requests in
+    /// flight to its share of the path ([`request_plan`]), so a deactivated
+    /// session drains quickly. Otherwise every request is the largest the
+    /// pools accept and every session keeps their largest depth.
+    pub size_requests: bool,
+    /// Longest wait for deactivated sessions to drain after a decrease.
+    pub drain_wait_max: Duration,
+}
+
+impl ControllerConfig {
+    /// `parallelism` with an automatic interval (the default policy),
+    /// request sizing, and a 3 s drain wait.
+    pub fn new(parallelism: Parallelism) -> Self {
+        ControllerConfig {
+            parallelism,
+            interval: IntervalChoice::Auto(IntervalPolicy::default()),
+            size_requests: true,
+            drain_wait_max: DRAIN_WAIT_MAX,
+        }
+    }
+}
+
+/// Default longest wait for deactivated sessions to drain after a decrease.
+pub const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How often the drain wait looks at the sessions.
+pub const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// Shortest interval, whatever the policy says (so time always moves).
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What the pools should do from now on. Every value is within the limits
+/// of every pool ([`PoolLimits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Active sessions (N).
+    pub active: usize,
+    /// Bytes per request on the wire.
+    pub request_bytes: u32,
+    /// Requests in flight per active session.
+    pub depth: usize,
+}
+
+/// Where the controller is between two calls.
+#[derive(Debug, Clone, Copy)]
+enum State {
+    /// After a decrease: waiting for the deactivated sessions to finish
+    /// their requests before the warm-up interval starts.
+    Draining { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
+    /// Measuring an interval that ends at `end`.
+    Measuring { began: Instant, end: Instant, rtt_s: f64, drain_wait_s: f64 },
+}
+
+/// The controller. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    config: ControllerConfig,
+    limits: PoolLimits,
+    has_pools: bool,
+    tuner: Option<Tuner>,
+    decision: Decision,
+    start: Instant,
+    /// End of the last sample (the next one starts here).
+    last_t: Instant,
+    last_completed: u64,
+    meter: TransportMeter,
+    last_goodput: f64,
+    /// The best goodput seen: what the path carried at least once.
+    best_goodput: f64,
+    /// The last change of N was a decrease.
+    decreased: bool,
+    state: State,
+    samples: Vec<IntervalSample>,
+}
+
+impl Controller {
+    /// A controller starting at `now` on pools that read `counters` now.
+    /// [`decision`](Self::decision) says what to apply before the first
+    /// interval.
+    ///
+    /// # Errors
+    /// A tuner configuration the tuner rejects.
+    pub fn new(
+        config: ControllerConfig,
+        counters: &Counters,
+        now: Instant,
+    ) -> Result<Controller, ConfigError> {
+        let limits = PoolLimits::common(&counters.pools);
+        let most = limits.max_sessions.max(1);
+        let (n, tuner) = match &config.parallelism {
+            Parallelism::Fixed(n) => ((*n).clamp(1, most), None),
+            Parallelism::Tuned(cfg) => {
+                let mut cfg = cfg.clone();
+                cfg.n_max = cfg.n_max.min(most).max(cfg.n_min);
+                cfg.n0 = cfg.n0.clamp(cfg.n_min, cfg.n_max);
+                let t = Tuner::new(cfg)?;
+                (t.current(), Some(t))
+            }
+        };
+        let mut meter = TransportMeter::default();
+        let _ = meter.delta(counters);
+        let mut c = Controller {
+            decision: Decision { active: n, request_bytes: 0, depth: 0 },
+            limits,
+            has_pools: !counters.pools.is_empty(),
+            tuner,
+            start: now,
+            last_t: now,
+            last_completed: counters.completed_bytes,
+            meter,
+            last_goodput: f64::NAN,
+            best_goodput: 0.0,
+            decreased: false,
+            state: State::Measuring { began: now, end: now, rtt_s: 0.0, drain_wait_s: 0.0 },
+            samples: Vec::new(),
+            config,
+        };
+        c.size_requests(0.0);
+        c.begin_interval(now, counters);
+        Ok(c)
+    }
+
+    /// What the pools should do now.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// When the controller wants to be called next: the end of the
+    /// interval, or the next look at draining sessions.
+    pub fn poll_timeout(&self) -> Instant {
+        match self.state {
+            State::Draining { next_poll, .. } => next_poll,
+            State::Measuring { end, .. } => end,
+        }
+    }
+
+    /// Called at (or after) [`poll_timeout`](Self::poll_timeout) with the
+    /// pools' counters. Returns a decision when the pools should change;
+    /// earlier calls do nothing.
+    pub fn on_timeout(&mut self, now: Instant, counters: &Counters) -> Option<Decision> {
+        if now < self.poll_timeout() {
+            return None;
+        }
+        match self.state {
+            State::Draining { began, rtt_s, length, .. } => {
+                let waited = now.saturating_duration_since(began);
+                if counters.draining() > 0 && waited < self.config.drain_wait_max {
+                    let next_poll = (now + DRAIN_POLL).min(began + self.config.drain_wait_max);
+                    self.state = State::Draining { began, next_poll, rtt_s, length };
+                } else {
+                    let drain_wait_s = waited.as_secs_f64();
+                    self.state = State::Measuring { began: now, end: now + length, rtt_s, drain_wait_s };
+                }
+                None
+            }
+            State::Measuring { began, rtt_s, drain_wait_s, .. } => {
+                if let Some(end) = self.longer_for_completions(now, began, counters) {
+                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s };
+                    return None;
+                }
+                let before = self.decision;
+                self.sample(now, counters, rtt_s, drain_wait_s, false);
+                self.begin_interval(now, counters);
+                (self.decision != before).then_some(self.decision)
+            }
+        }
+    }
+
+    /// Records the partial last interval (not a tuning input) when the
+    /// driver stops at `now`.
+    pub fn finish(&mut self, now: Instant, counters: &Counters) {
+        let (rtt_s, drain_wait_s) = match self.state {
+            State::Draining { began, rtt_s, .. } => {
+                (rtt_s, now.saturating_duration_since(began).as_secs_f64())
+            }
+            State::Measuring { rtt_s, drain_wait_s, .. } => (rtt_s, drain_wait_s),
+        };
+        if now > self.last_t {
+            self.sample(now, counters, rtt_s, drain_wait_s, true);
+        }
+        self.state = State::Measuring { began: now, end: now, rtt_s, drain_wait_s: 0.0 };
+    }
+
+    /// Every interval measured so far.
+    pub fn samples(&self) -> &[IntervalSample] {
+        &self.samples
+    }
+
+    /// The tuner's record so far (`None` with a fixed N).
+    pub fn tuning(&self) -> Option<TuningReport> {
+        self.tuner.as_ref().map(Tuner::report)
+    }
+
+    /// The tuner (`None` with a fixed N).
+    pub fn tuner(&self) -> Option<&Tuner> {
+        self.tuner.as_ref()
+    }
+
+    /// What every pool accepts (the limits N and requests are clamped to).
+    pub fn limits(&self) -> PoolLimits {
+        self.limits
+    }
+
+    /// Starts the next interval at `now`: its length, and a drain wait
+    /// first if N just decreased.
+    fn begin_interval(&mut self, now: Instant, counters: &Counters) {
+        let rtt_s = counters.max_rtt_s();
+        let warmup = self.tuner.as_ref().is_some_and(Tuner::next_is_warmup);
+        let length = match self.config.interval {
+            IntervalChoice::Fixed(d) => d,
+            IntervalChoice::Auto(policy) => {
+                // TCP counters see bytes in flight: round trips are enough.
+                let policy = if counters.tcp_complete() {
+                    IntervalPolicy { requests_per_session: 0.0, ..policy }
+                } else {
+                    policy
+                };
+                Duration::from_secs_f64(policy.interval_s(&PathSnapshot {
+                    max_rtt_s: rtt_s,
+                    goodput_bytes_per_s: self.last_goodput,
+                    sessions: self.decision.active,
+                    request_bytes: u64::from(self.decision.request_bytes),
+                    window_bytes: counters.max_window_bytes(),
+                    warmup,
+                    after_decrease: self.decreased,
+                }))
+            }
+        }
+        .max(MIN_INTERVAL);
+        self.state = if warmup && self.decreased {
+            State::Draining { began: now, next_poll: now, rtt_s, length }
+        } else {
+            State::Measuring { began: now, end: now + length, rtt_s, drain_wait_s: 0.0 }
+        };
+    }
+
+    /// When goodput comes from completed requests and an automatic interval
+    /// has not yet seen each session complete a few requests: the later
+    /// end it needs (at most the longest interval after `began`).
+    fn longer_for_completions(&self, now: Instant, began: Instant, counters: &Counters) -> Option<Instant> {
+        let IntervalChoice::Auto(policy) = self.config.interval else { return None };
+        if counters.tcp_complete() || !self.has_pools {
+            return None;
+        }
+        let longest = began + Duration::from_secs_f64(policy.max_interval_s.max(0.0));
+        let want = policy.requests_per_session
+            * self.decision.active as f64
+            * f64::from(self.decision.request_bytes);
+        let got = counters.completed_bytes.saturating_sub(self.last_completed) as f64;
+        if now >= longest || want.is_nan() || want <= got {
+            return None;
+        }
+        let elapsed = now.saturating_duration_since(self.last_t).as_secs_f64();
+        let more = if got > 0.0 { elapsed * (want / got - 1.0) } else { policy.min_interval_s };
+        let more = Duration::from_secs_f64(more.clamp(MIN_INTERVAL.as_secs_f64(), 3600.0));
+        Some((now + more).min(longest))
+    }
+
+    /// Closes the interval ending at `now`: records its sample and, unless
+    /// `last`, lets the tuner decide on it.
+    fn sample(&mut self, now: Instant, counters: &Counters, rtt_s: f64, drain_wait_s: f64, last: bool) {
+        let dt = now.saturating_duration_since(self.last_t).as_secs_f64();
+        let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
+        let completed_rate = rate(counters.completed_bytes.saturating_sub(self.last_completed));
+        let transport = self.meter.delta(counters);
+        // A copy between two pools runs at the pace of the slower one.
+        let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
+        let goodput = transport_rate.unwrap_or(completed_rate);
+        let n = self.decision.active;
+        let mut sample = IntervalSample {
+            t_s: now.saturating_duration_since(self.start).as_secs_f64(),
+            n,
+            goodput_mbps: goodput * 8.0 / 1e6,
+            completed_mbps: completed_rate * 8.0 / 1e6,
+            from_tcp: transport_rate.is_some(),
+            fairness: transport.as_ref().and_then(|t| t.fairness),
+            retransmits: transport.as_ref().map_or(0, |t| t.retransmits),
+            duration_s: dt,
+            rtt_ms: rtt_s * 1e3,
+            discarded: last,
+            drain_wait_s,
+            request_bytes: 0,
+            depth: 0,
+        };
+        self.last_t = now;
+        self.last_completed = counters.completed_bytes;
+        if !last {
+            self.last_goodput = goodput;
+            if goodput.is_finite() {
+                self.best_goodput = self.best_goodput.max(goodput);
+            }
+            if let Some(t) = self.tuner.as_mut() {
+                let step = t.observe(Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
+                sample.discarded = step.discarded();
+                if step.next_n != n {
+                    self.decreased = step.next_n < n;
+                    self.decision.active = step.next_n;
+                }
+            }
+            self.size_requests(rtt_s);
+        }
+        (sample.request_bytes, sample.depth) = self.shape();
+        self.samples.push(sample);
+    }
+
+    /// Sets the request size and depth of the decision for its N.
+    fn size_requests(&mut self, rtt_s: f64) {
+        let (request_bytes, depth) = if self.config.size_requests && self.tuner.is_some() {
+            plan::fit(&self.limits, self.best_goodput, rtt_s, self.decision.active)
+        } else {
+            (self.limits.max_request_bytes, self.limits.max_depth)
+        };
+        self.decision.request_bytes = request_bytes;
+        self.decision.depth = depth;
+    }
+
+    /// Request size and depth as a sample records them (0 without pools).
+    fn shape(&self) -> (u32, usize) {
+        if self.has_pools { (self.decision.request_bytes, self.decision.depth) } else { (0, 0) }
+    }
+}

@@ -1,0 +1,44 @@
+//! One measured interval, as the controller records it for reports.
+
+use serde::{Deserialize, Serialize};
+
+/// One measured interval. Read back (from a copy's report), every field is
+/// required (`null` for none).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IntervalSample {
+    /// End of the interval, seconds since the controller started.
+    pub t_s: f64,
+    /// Active sessions during the interval.
+    pub n: usize,
+    /// Goodput over the interval in Mbit/s (10^6 bits per second): the
+    /// figure the tuner saw (TCP byte counters when every active session
+    /// has them, else completed requests).
+    pub goodput_mbps: f64,
+    /// Goodput from completed requests only, Mbit/s.
+    pub completed_mbps: f64,
+    /// The goodput came from TCP byte counters (else from completions).
+    pub from_tcp: bool,
+    /// Jain's fairness index of the active sessions' shares of the bytes
+    /// moved (1 = equal; low values mean some connections starve while
+    /// others run). Needs TCP counters.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub fairness: Option<f64>,
+    /// TCP segments our sockets retransmitted during the interval (our
+    /// side sends in a backup; in a restore the server's retransmissions
+    /// are invisible to us).
+    pub retransmits: u64,
+    /// Length of the interval in seconds.
+    pub duration_s: f64,
+    /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
+    pub rtt_ms: f64,
+    /// The tuner ignored this sample (warm-up after a change of N, or the
+    /// partial last interval).
+    pub discarded: bool,
+    /// Seconds spent, before this interval, waiting for sessions the tuner
+    /// deactivated to finish their requests (0 when N did not decrease).
+    pub drain_wait_s: f64,
+    /// Bytes per request on the wire at the end of the interval.
+    pub request_bytes: u32,
+    /// Requests in flight per session allowed at the end of the interval.
+    pub depth: usize,
+}

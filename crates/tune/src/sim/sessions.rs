@@ -1,0 +1,337 @@
+//! The pools' sessions on a [`FlowModel`] path, one by one, in simulated
+//! time: what the [`Controller`](crate::Controller) sees on real TCP,
+//! without the network.
+//!
+//! Every session carries a queue of requests (the pool's depth x request
+//! size). Its TCP connection has a congestion window that starts at the
+//! initial window and doubles every round trip up to the path's window
+//! limit (slow start), again after an idle spell. The sessions with data to
+//! send share the bottleneck as [`FlowModel`] says for the sum of their
+//! windows, in proportion to their windows, each at most at a per-session
+//! rate limit (a server's per-connection limit). A session the controller
+//! deactivates finishes the requests it took (it drains), then idles.
+//! Bytes count as TCP progress as they move and as completed bytes when a
+//! whole request is done, so both figures the controller may use are there.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::FlowModel;
+use crate::control::{Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
+use crate::interval::INITIAL_WINDOW_BYTES;
+
+/// Idle time after which a connection restarts from the initial window
+/// (Linux `tcp_slow_start_after_idle`, after about one RTO).
+const IDLE_RESTART_S: f64 = 0.2;
+
+#[derive(Debug, Clone, Default)]
+struct Session {
+    active: bool,
+    window: f64,
+    delivered: f64,
+    /// Requests taken: (size, bytes left), the first one in progress.
+    requests: VecDeque<(u32, f64)>,
+    idle_s: f64,
+}
+
+/// The simulated pool. See the module docs.
+#[derive(Debug, Clone)]
+pub struct SessionSim {
+    path: FlowModel,
+    per_session_limit: f64,
+    tcp: bool,
+    limits: PoolLimits,
+    t0: Instant,
+    elapsed: Duration,
+    step: Duration,
+    sessions: Vec<Session>,
+    decision: Decision,
+    completed: f64,
+}
+
+impl SessionSim {
+    /// A pool with `limits` on `path`, its clock starting at `t0`, with no
+    /// session open yet (apply a [`Decision`] to open some), TCP counters,
+    /// no per-session limit and 1 ms steps.
+    pub fn new(path: FlowModel, limits: PoolLimits, t0: Instant) -> Self {
+        SessionSim {
+            path,
+            per_session_limit: f64::INFINITY,
+            tcp: true,
+            limits,
+            t0,
+            elapsed: Duration::ZERO,
+            step: Duration::from_millis(1),
+            sessions: Vec::new(),
+            decision: Decision {
+                active: 0,
+                request_bytes: limits.max_request_bytes,
+                depth: limits.max_depth,
+            },
+            completed: 0.0,
+        }
+    }
+
+    /// Each session carries at most `bytes_per_s` (e.g. nbdkit's
+    /// `connection-rate`).
+    pub fn with_session_limit(mut self, bytes_per_s: f64) -> Self {
+        self.per_session_limit = bytes_per_s;
+        self
+    }
+
+    /// Sessions have no TCP counters (Unix sockets): the controller only
+    /// sees completed requests.
+    pub fn without_tcp(mut self) -> Self {
+        self.tcp = false;
+        self
+    }
+
+    /// The path changes now (e.g. a longer route).
+    pub fn set_path(&mut self, path: FlowModel) {
+        self.path = path;
+    }
+
+    /// The path.
+    pub fn path(&self) -> &FlowModel {
+        &self.path
+    }
+
+    /// Simulated time now.
+    pub fn now(&self) -> Instant {
+        self.t0 + self.elapsed
+    }
+
+    /// Simulated seconds since the start.
+    pub fn elapsed_s(&self) -> f64 {
+        self.elapsed.as_secs_f64()
+    }
+
+    /// Applies a decision: the first `active` sessions take requests (new
+    /// ones open in slow start), the others finish what they took.
+    pub fn apply(&mut self, d: Decision) {
+        self.decision = d;
+        while self.sessions.len() < d.active {
+            self.sessions.push(Session { window: INITIAL_WINDOW_BYTES, ..Session::default() });
+        }
+        for (i, s) in self.sessions.iter_mut().enumerate() {
+            s.active = i < d.active;
+        }
+    }
+
+    /// The counters a pool would report now.
+    pub fn counters(&self) -> Counters {
+        let rtt = self.rtt(self.sending().map(|(_, s)| s.window).sum());
+        let sessions = self
+            .sessions
+            .iter()
+            .enumerate()
+            .map(|(index, s)| SessionCounters {
+                index,
+                active: s.active,
+                in_flight: s.requests.len(),
+                tcp: self.tcp.then_some(TcpCounters {
+                    bytes: s.delivered as u64,
+                    total_retrans: 0,
+                    rtt_us: (rtt * 1e6) as u32,
+                    cwnd_bytes: s.window as u64,
+                    rcv_space: 0,
+                }),
+            })
+            .collect();
+        Counters {
+            completed_bytes: self.completed as u64,
+            pools: vec![PoolCounters { limits: self.limits, sessions }],
+        }
+    }
+
+    /// Goodput with `n` sessions at their full window, bytes per second:
+    /// what a fixed N reaches once slow start is over.
+    pub fn steady_goodput(&self, n: usize) -> f64 {
+        let windows = vec![self.path.window_bytes; n];
+        self.rates(&windows).iter().sum()
+    }
+
+    /// The N in `1..=n_max` with the best steady goodput (the smallest on
+    /// ties), and that goodput.
+    pub fn best_fixed(&self, n_max: usize) -> (usize, f64) {
+        (1..=n_max.max(1))
+            .map(|n| (n, self.steady_goodput(n)))
+            .fold((1, 0.0), |b, c| if c.1 > b.1 * (1.0 + 1e-12) { c } else { b })
+    }
+
+    /// Runs the sessions until `t` (nothing if `t` is not later than now).
+    pub fn advance_to(&mut self, t: Instant) {
+        let until = t.saturating_duration_since(self.t0);
+        while self.elapsed < until {
+            let dt = self.step.min(until - self.elapsed);
+            self.tick(dt.as_secs_f64());
+            self.elapsed += dt;
+        }
+    }
+
+    fn sending(&self) -> impl Iterator<Item = (usize, &Session)> {
+        self.sessions.iter().enumerate().filter(|(_, s)| !s.requests.is_empty())
+    }
+
+    /// Round-trip time with `x` bytes in flight: base RTT plus queueing up to the buffer.
+    fn rtt(&self, x: f64) -> f64 {
+        let p = &self.path;
+        let bdp = p.capacity_bytes_per_s * p.rtt_s;
+        p.rtt_s + (x - bdp).clamp(0.0, p.buffer_bytes) / p.capacity_bytes_per_s
+    }
+
+    /// Rates of flows with these windows: the path's goodput for their sum
+    /// ([`FlowModel`]'s formula), shared by window, each at most the
+    /// per-session limit (the rest goes to the others).
+    fn rates(&self, windows: &[f64]) -> Vec<f64> {
+        let p = &self.path;
+        let x: f64 = windows.iter().sum();
+        if x <= 0.0 {
+            return vec![0.0; windows.len()];
+        }
+        let c = p.capacity_bytes_per_s;
+        let room = c * p.rtt_s + p.buffer_bytes;
+        let raw =
+            if x <= room { (x / self.rtt(x)).min(c) } else { c / (1.0 + p.loss_penalty * (x / room - 1.0)) };
+        let total = raw / (1.0 + p.per_flow_overhead * (windows.len().max(1) - 1) as f64);
+        let mut rates: Vec<f64> = windows.iter().map(|w| total * w / x).collect();
+        let limit = self.per_session_limit;
+        for _ in 0..windows.len() {
+            let excess: f64 = rates.iter().map(|r| (r - limit).max(0.0)).sum();
+            let free: f64 = windows.iter().zip(&rates).filter(|(_, r)| **r < limit).map(|(w, _)| w).sum();
+            rates.iter_mut().for_each(|r| *r = r.min(limit));
+            if excess <= 0.0 || free <= 0.0 {
+                break;
+            }
+            for (r, w) in rates.iter_mut().zip(windows) {
+                if *r < limit {
+                    *r += excess * w / free;
+                }
+            }
+        }
+        rates
+    }
+
+    fn tick(&mut self, dt: f64) {
+        let d = self.decision;
+        for s in &mut self.sessions {
+            if s.active {
+                while s.requests.len() < d.depth.max(1) {
+                    if s.requests.is_empty() && s.idle_s > IDLE_RESTART_S {
+                        s.window = INITIAL_WINDOW_BYTES;
+                    }
+                    s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
+                }
+            }
+        }
+        let sending: Vec<usize> = self.sending().map(|(i, _)| i).collect();
+        let windows: Vec<f64> = sending.iter().map(|i| self.sessions[*i].window).collect();
+        let rtt = self.rtt(windows.iter().sum());
+        let rates = self.rates(&windows);
+        let limit = self.path.window_bytes;
+        for (i, r) in sending.iter().zip(rates) {
+            let s = &mut self.sessions[*i];
+            let mut bytes = r * dt;
+            s.delivered += bytes;
+            while bytes > 0.0 {
+                let Some(front) = s.requests.front_mut() else { break };
+                let take = bytes.min(front.1);
+                front.1 -= take;
+                bytes -= take;
+                if front.1 <= 1e-6 {
+                    self.completed += f64::from(front.0);
+                    s.requests.pop_front();
+                    if s.active && s.requests.len() < d.depth.max(1) {
+                        s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
+                    }
+                }
+            }
+            s.window = (s.window * (dt / rtt).exp2()).min(limit);
+        }
+        for s in &mut self.sessions {
+            if s.requests.is_empty() {
+                s.idle_s += dt;
+            } else {
+                s.idle_s = 0.0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::PathModel;
+
+    fn limits() -> PoolLimits {
+        PoolLimits { max_sessions: 64, max_request_bytes: 4 << 20, request_align: 512, max_depth: 4 }
+    }
+
+    #[test]
+    fn steady_state_is_the_flow_model() {
+        let path = FlowModel::new(1000.0, 50.0, 524_288.0);
+        let sim = SessionSim::new(path, limits(), Instant::now());
+        for n in [1, 6, 12, 40] {
+            let (a, b) = (sim.steady_goodput(n), path.goodput(n));
+            assert!((a - b).abs() < 1e-6 * b, "{n}: {a} {b}");
+        }
+    }
+
+    #[test]
+    fn slow_start_then_full_windows() {
+        let path = FlowModel::new(1000.0, 100.0, 1_048_576.0);
+        let t0 = Instant::now();
+        let mut sim = SessionSim::new(path, limits(), t0);
+        sim.apply(Decision { active: 4, request_bytes: 1 << 20, depth: 4 });
+        sim.advance_to(t0 + Duration::from_millis(200));
+        let early = sim.counters().pools[0].sessions[0].tcp.unwrap();
+        assert!(early.cwnd_bytes < 100_000, "{early:?}");
+        sim.advance_to(t0 + Duration::from_secs(2));
+        let c = sim.counters();
+        assert!(c.pools[0].sessions.iter().all(|s| s.tcp.unwrap().cwnd_bytes == 1 << 20));
+        let before = c.pools[0].sessions[0].tcp.unwrap().bytes;
+        sim.advance_to(t0 + Duration::from_secs(3));
+        let moved = sim.counters().pools[0].sessions[0].tcp.unwrap().bytes - before;
+        let want = sim.steady_goodput(4) / 4.0;
+        assert!((moved as f64 - want).abs() < 0.01 * want, "{moved} {want}");
+    }
+
+    #[test]
+    fn a_deactivated_session_drains_then_idles() {
+        let path = FlowModel::new(1000.0, 20.0, 524_288.0);
+        let t0 = Instant::now();
+        let mut sim = SessionSim::new(path, limits(), t0);
+        sim.apply(Decision { active: 2, request_bytes: 4 << 20, depth: 4 });
+        sim.advance_to(t0 + Duration::from_secs(1));
+        sim.apply(Decision { active: 1, request_bytes: 4 << 20, depth: 4 });
+        assert_eq!(sim.counters().draining(), 1);
+        sim.advance_to(t0 + Duration::from_secs(3));
+        let c = sim.counters();
+        assert_eq!(c.draining(), 0);
+        let idle = c.pools[0].sessions[1].tcp.unwrap().bytes;
+        sim.advance_to(t0 + Duration::from_secs(4));
+        assert_eq!(sim.counters().pools[0].sessions[1].tcp.unwrap().bytes, idle);
+    }
+
+    #[test]
+    fn per_session_limits_and_completions_without_tcp() {
+        // 400 Mbit/s in all, 100 Mbit/s per session: 4 sessions fill it.
+        let path = FlowModel {
+            per_flow_overhead: 0.0,
+            loss_penalty: 0.0,
+            ..FlowModel::new(400.0, 0.2, 64.0 * 1048576.0)
+        };
+        let t0 = Instant::now();
+        let mut sim = SessionSim::new(path, limits(), t0).with_session_limit(12.5e6).without_tcp();
+        assert!((sim.steady_goodput(2) - 25e6).abs() < 1.0);
+        assert!((sim.steady_goodput(4) - 50e6).abs() < 1.0);
+        assert!((sim.steady_goodput(8) - 50e6).abs() < 1.0);
+        assert_eq!(sim.best_fixed(64).0, 4);
+        sim.apply(Decision { active: 4, request_bytes: 4 << 20, depth: 4 });
+        sim.advance_to(t0 + Duration::from_secs(10));
+        let c = sim.counters();
+        assert!(c.pools[0].sessions.iter().all(|s| s.tcp.is_none()));
+        let done = c.completed_bytes as f64;
+        assert!(done <= 10.0 * 50e6 && done > 10.0 * 50e6 - 16.0 * 4194304.0, "{done}");
+    }
+}
