@@ -25,13 +25,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Show wanblk on an emulated long-fat network: one session vs tuned N.
+    // Each subcommand's help is its arguments' doc comment.
     Demo(DemoArgs),
-    /// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi or loopback).
     Run(RunArgs),
 }
 
-/// Show wanblk on an emulated long-fat network it sets up itself.
+/// Show wanblk on an emulated long-fat network: one session vs tuned N.
 ///
 /// Creates three network namespaces (client, router, server) joined by veth
 /// pairs, with wanblk's NFQUEUE emulator in the router (1 Gbit/s, 50 ms each
@@ -61,7 +60,7 @@ struct DemoArgs {
     out: PathBuf,
 }
 
-/// Run a benchmark suite.
+/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi or loopback).
 ///
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
