@@ -78,9 +78,11 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
 
 fn apply(pools: &[Arc<Pool>], d: Decision) {
     for p in pools {
-        p.set_active(d.active);
-        p.set_split(d.request_bytes);
-        p.set_depth(d.depth);
+        let applied =
+            p.set_active(d.active).and(p.set_request_bytes(d.request_bytes)).and(p.set_depth(d.depth));
+        if let Err(e) = applied {
+            tracing::warn!("{e}");
+        }
     }
 }
 

@@ -32,8 +32,9 @@ pub async fn run(
     loop {
         let t = start.elapsed().as_secs_f64();
         for (p, pool) in pools.iter().enumerate() {
-            for (s, active, infos) in pool.session_tcp_info() {
-                for i in infos {
+            for session in pool.snapshot().sessions.into_iter().filter(|s| !s.failed) {
+                let (s, active) = (session.index, session.active);
+                for i in session.tcp {
                     writeln!(
                         out,
                         "{t:.3},{p},{s},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",

@@ -17,12 +17,13 @@ async fn a_dropped_session_is_replaced_and_no_data_is_lost() {
     let flaky = common::Behaviour { fail_after: Some(3), delay: slow };
     let steady = common::Behaviour { delay: slow, ..Default::default() };
     let c = common::TestConnector::new(16 << 20, vec![steady, flaky]);
-    let cfg = PoolConfig { initial_sessions: 2, request_size: 64 << 10, depth: 2, ..Default::default() };
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 64 << 10, max_depth: 2, ..Default::default() };
     let pool = Pool::open(c.clone(), cfg).await.unwrap();
     let data = common::pattern(8 << 20, 9);
     pool.write(0, data.clone(), false).await.unwrap();
     assert!(pool.read(0, data.len() as u32).await.unwrap() == data);
-    assert_eq!(pool.stats().failed_sessions, 1);
+    assert_eq!(pool.snapshot().failed(), 1);
     assert!(pool.notes().iter().any(|n| n.contains("session 1 failed")), "{:?}", pool.notes());
     assert!(c.opened.load(std::sync::atomic::Ordering::SeqCst) >= 3, "no replacement opened");
 }
@@ -32,8 +33,12 @@ async fn when_every_connection_fails_requests_fail_with_offset() {
     let dead = common::Behaviour { fail_after: Some(0), ..Default::default() };
     let mut c = common::TestConnector::new(16 << 20, vec![dead; 8]);
     std::sync::Arc::get_mut(&mut c).unwrap().refuse_after = Some(3);
-    let cfg =
-        PoolConfig { initial_sessions: 2, request_size: 64 << 10, max_reconnects: 4, ..Default::default() };
+    let cfg = PoolConfig {
+        initial_sessions: 2,
+        max_request_bytes: 64 << 10,
+        max_reconnects: 4,
+        ..Default::default()
+    };
     let pool = Pool::open(c, cfg).await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(10), pool.read(1 << 20, 1 << 20)).await;
     let e = r.expect("request must not hang").unwrap_err();

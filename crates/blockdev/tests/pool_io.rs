@@ -10,16 +10,18 @@ use wanblk_blockdev::pool::{Pool, PoolConfig};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_requests_round_trip_over_four_sessions() {
     let c = common::TestConnector::new(64 << 20, vec![]);
-    let cfg = PoolConfig { initial_sessions: 4, request_size: 256 << 10, depth: 2, ..Default::default() };
+    let cfg =
+        PoolConfig { initial_sessions: 4, max_request_bytes: 256 << 10, max_depth: 2, ..Default::default() };
     let pool = Pool::open(c.clone(), cfg).await.unwrap();
     assert_eq!(c.opened.load(Ordering::SeqCst), 4);
     let data = common::pattern(10 << 20, 3);
     pool.write(12345, data.clone(), false).await.unwrap();
     let back = pool.read(12345, data.len() as u32).await.unwrap();
     assert!(back == data, "read back differs");
-    let per_session = pool.session_completed_bytes();
+    let per_session: Vec<u64> = pool.snapshot().sessions.iter().map(|s| s.completed_bytes).collect();
     assert_eq!(per_session.len(), 4);
-    assert!(per_session.iter().filter(|(_, b)| *b > 0).count() >= 2, "{per_session:?}");
+    assert!(per_session.iter().filter(|b| **b > 0).count() >= 2, "{per_session:?}");
+    assert_eq!(per_session.iter().sum::<u64>(), pool.completed_bytes());
     assert_eq!(pool.completed_bytes(), 2 * data.len() as u64);
     pool.write_zeroes(0, 64 << 20, true).await.unwrap();
     assert_eq!(pool.read(12345, 16).await.unwrap(), vec![0u8; 16]);

@@ -24,7 +24,7 @@ pub(crate) fn iscsi_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Ar
     let iscsi = wanblk_iscsi::IscsiOptions {
         mode: if opts.iscsi_mcs { wanblk_iscsi::Mode::Mcs } else { wanblk_iscsi::Mode::Sessions },
         params: opts.iscsi_params.clone(),
-        command_bytes: opts.pool.request_size,
+        command_bytes: opts.pool.max_request_bytes,
         ..wanblk_iscsi::IscsiOptions::default()
     };
     Ok(Arc::new(wanblk_iscsi::IscsiConnector::new(uri, iscsi)?))

@@ -133,14 +133,22 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         let state = Arc::clone(&state);
         wanblk_copy::progress::Bar::start(Arc::clone(&progress), !args.no_progress, move || state.current_n())
     };
+    // Pieces match the largest request after the pools fitted it to the
+    // servers' block sizes, so a piece is cut only when requests shrink.
+    let request_size =
+        pools.iter().map(|p| p.max_request_bytes()).min().unwrap_or(net.pool.max_request_bytes);
     let slots = {
         let pools = pools.clone();
-        let depth = net.pool.depth;
-        move || pools.iter().map(|p| p.slots()).max().unwrap_or(depth * 2)
+        let depth = net.pool.max_depth;
+        let piece = u64::from(request_size.max(1));
+        move || {
+            pools
+                .iter()
+                .map(|p| p.capacity_bytes().div_ceil(piece).max(1) as usize)
+                .max()
+                .unwrap_or(depth * 2)
+        }
     };
-    // Pieces match what one request carries after the pools fitted the
-    // request size to the servers' block sizes, so a piece is never split.
-    let request_size = pools.iter().map(|p| p.request_size()).min().unwrap_or(net.pool.request_size);
     let opts = CopyOptions {
         request_size,
         verify: args.verify,
@@ -220,7 +228,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
         connections: state.current_n().max(1),
-        requests: net.pool.depth,
+        requests: net.pool.max_depth,
         request_size,
         samples,
         sha256: None,

@@ -177,8 +177,8 @@ impl SessionArgs {
             pool: PoolConfig {
                 initial_sessions: initial,
                 max_sessions,
-                depth: self.requests as usize,
-                request_size: self.request_size,
+                max_depth: self.requests as usize,
+                max_request_bytes: self.request_size,
                 hedge,
                 ..PoolConfig::default()
             },

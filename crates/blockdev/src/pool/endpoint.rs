@@ -1,0 +1,141 @@
+//! The pool as an [`Endpoint`]: callers' ranges are cut into requests of
+//! the current request size and queued; block status and flush go to the
+//! side session.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+
+use super::queue::{Done, Op};
+use super::{Pool, lock};
+use crate::endpoint::{Capabilities, Endpoint, EndpointError, Extent, Result, TcpInfo};
+
+fn unexpected(name: &str) -> EndpointError {
+    EndpointError::io(name, None, "internal error: unexpected completion kind")
+}
+
+impl Pool {
+    fn check(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(EndpointError::config(
+                &self.shared.name,
+                Some(offset),
+                format!("request of {len} bytes is beyond the end of the store ({} bytes)", self.size),
+            )),
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Let idle workers exit; sessions close when their last Arc drops.
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.roles.send_modify(|g| *g += 1);
+        self.shared.queue_ready.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl Endpoint for Pool {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.check(offset, len.into())?;
+        let parts = futures::future::try_join_all(
+            self.cut(offset, len.into()).map(|(o, n)| self.submit(Op::Read { offset: o, len: n as u32 })),
+        )
+        .await?;
+        let mut parts = parts.into_iter().map(|d| match d {
+            Done::Data(b) => Ok(b),
+            _ => Err(unexpected(&self.shared.name)),
+        });
+        if parts.len() == 1 {
+            return parts.next().unwrap_or_else(|| Err(unexpected(&self.shared.name)));
+        }
+        let mut out = BytesMut::with_capacity(len as usize);
+        for p in parts {
+            out.extend_from_slice(&p?);
+        }
+        Ok(out.freeze())
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        self.check(offset, data.len() as u64)?;
+        futures::future::try_join_all(self.cut(offset, data.len() as u64).map(|(o, n)| {
+            let part = data.slice((o - offset) as usize..(o - offset + n) as usize);
+            self.submit(Op::Write { offset: o, data: part, fua })
+        }))
+        .await?;
+        Ok(())
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
+        self.check(offset, len)?;
+        // Zeroing moves no payload: larger requests are fine, but still
+        // bounded so a huge range does not occupy one session for long.
+        let step = u64::from(self.shared.config.max_request_bytes).max(64 << 20);
+        let mut jobs = Vec::new();
+        let mut pos = offset;
+        while pos < offset + len {
+            let n = (offset + len - pos).min(step);
+            jobs.push(self.submit(Op::Zero { offset: pos, len: n, may_trim }));
+            pos += n;
+        }
+        futures::future::try_join_all(jobs).await?;
+        Ok(())
+    }
+
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.check(offset, len)?;
+        self.submit(Op::Trim { offset, len }).await?;
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<()> {
+        // With multi-connection consistency a flush on any session covers
+        // the writes completed on all of them.
+        self.submit_side(Op::Flush).await?;
+        Ok(())
+    }
+
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.check(offset, len)?;
+        match self.submit_side(Op::BlockStatus { offset, len }).await? {
+            Done::Extents(e) => Ok(e),
+            _ => Err(unexpected(&self.shared.name)),
+        }
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.close_side().await;
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.roles.send_modify(|g| *g += 1);
+        self.shared.queue_ready.notify_waiters();
+        let sessions: Vec<_> = lock(&self.shared.sessions).clone();
+        let results = futures::future::join_all(
+            sessions.iter().filter(|s| !s.failed.load(Ordering::SeqCst)).map(|s| {
+                let ep = Arc::clone(&s.endpoint);
+                async move { ep.close().await }
+            }),
+        )
+        .await;
+        results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.snapshot().sessions.into_iter().flat_map(|s| s.tcp).collect()
+    }
+}

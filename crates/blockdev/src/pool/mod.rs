@@ -1,0 +1,325 @@
+//! The session pool: the block device layer of seed 000, section 4.
+//!
+//! A [`Pool`] keeps up to `max_sessions` sessions open to one store and
+//! carries block I/O over the *active* ones. It is itself an [`Endpoint`]:
+//! callers read and write ranges of any size; the pool cuts them into
+//! requests of the current request size ([`Pool::set_request_bytes`]) and
+//! queues them on one shared work queue (`queue.rs`). Every active session
+//! runs one worker per request slot (`worker.rs`, at most the depth, see
+//! [`Pool::set_depth`]), and a worker takes the next request as soon as it
+//! is free (*work pulling*), so a slow or stalled connection only holds the
+//! requests it already took, never a fixed stripe of the address space as
+//! RAID-0 striping would.
+//!
+//! The number of active sessions can change at any time ([`Pool::set_active`]):
+//! sessions beyond it stay connected but idle, and a deactivated session
+//! finishes the requests it already took before it idles (it *drains*).
+//! More sessions are opened lazily when the active count grows past the
+//! open ones (`reconnect.rs`).
+//!
+//! The pool decides nothing about N, request sizes or depth: it applies
+//! what the controller decides and refuses values outside its limits; it
+//! reports what the controller needs in a [`PoolSnapshot`].
+//!
+//! - `config.rs`: [`PoolConfig`] and [`Hedge`].
+//! - `queue.rs`: the work queue, the operations and where results go.
+//! - `worker.rs`: the per-slot work loop.
+//! - `hedging.rs`: duplicating stragglers on idle sessions ([`Hedge`]).
+//! - `reconnect.rs`: active roles, opening sessions, retiring failed ones.
+//! - `side.rs`: the side session for block status and flush.
+//! - `endpoint.rs`: the [`Endpoint`] implementation.
+//! - `snapshot.rs`: [`PoolSnapshot`].
+//!
+//! A session whose connection fails (an I/O error, not a protocol or
+//! server error) is retired; its request is queued again for the others
+//! and a replacement session is opened, a bounded number of times.
+//! Goodput is measured from completions: [`Pool::completed_bytes`] counts
+//! payload bytes of finished reads and writes.
+
+mod config;
+mod endpoint;
+mod hedging;
+mod queue;
+mod reconnect;
+mod side;
+mod snapshot;
+mod worker;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, watch};
+
+pub use config::{Hedge, PoolConfig};
+pub use snapshot::{PoolSnapshot, SessionSnapshot};
+
+use crate::endpoint::{Capabilities, Connector, Endpoint, EndpointError, Result};
+use hedging::Running;
+use queue::Job;
+
+/// The pool's record of one session.
+struct Session {
+    index: usize,
+    endpoint: Arc<dyn Endpoint>,
+    /// Takes new requests (one of the first `active` healthy sessions).
+    active: AtomicBool,
+    /// Connection failed; workers have exited or will.
+    failed: AtomicBool,
+    in_flight: AtomicUsize,
+    completed_bytes: AtomicU64,
+}
+
+/// What the pool's handle, its workers and background tasks share.
+struct Shared {
+    name: String,
+    connector: Arc<dyn Connector>,
+    /// The configuration, with `max_request_bytes` fitted to the store.
+    config: PoolConfig,
+    /// Most sessions: the configured ones, or fewer if the store says so.
+    max_sessions: usize,
+    queue: Mutex<VecDeque<Job>>,
+    queue_ready: Notify,
+    sessions: Mutex<Vec<Arc<Session>>>,
+    /// Bumped whenever session roles change; workers wait on it while idle.
+    roles: watch::Sender<u64>,
+    /// Sessions asked to be active.
+    active: AtomicUsize,
+    /// Request slots each active session uses (1..=max_depth).
+    depth: AtomicUsize,
+    /// Bytes per request on the wire now (1..=max_request_bytes, a
+    /// multiple of `block_min`).
+    request_bytes: AtomicU32,
+    /// The store's block size minimum.
+    block_min: u32,
+    connecting: AtomicUsize,
+    completed_bytes: AtomicU64,
+    closed: AtomicBool,
+    notes: Mutex<Vec<String>>,
+    /// The most recent connection failure, quoted if reconnecting fails too.
+    last_failure: Mutex<Option<EndpointError>>,
+    /// Requests executing now (for hedging).
+    running: Mutex<Vec<Running>>,
+    next_running_id: AtomicU64,
+    /// Mean completion time of data requests, microseconds (EWMA, 1/8).
+    mean_us: AtomicU64,
+    hedged: AtomicU64,
+    hedges_won: AtomicU64,
+    /// The side session (None inside: could not be opened).
+    side: tokio::sync::OnceCell<Option<Arc<dyn Endpoint>>>,
+    side_failed: AtomicBool,
+}
+
+impl Shared {
+    fn note(&self, s: String) {
+        tracing::warn!("{s}");
+        lock(&self.notes).push(s);
+    }
+}
+
+/// The block device layer over N parallel sessions. See the module docs.
+pub struct Pool {
+    shared: Arc<Shared>,
+    size: u64,
+    caps: Capabilities,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("name", &self.shared.name).field("snapshot", &self.snapshot()).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    /// Opens the first session, reads the store's size and capabilities, and
+    /// opens the rest of `config.initial_sessions` (as many as the store
+    /// accepts) in parallel.
+    ///
+    /// If the store does not allow several consistent sessions
+    /// (`can_multi_conn` false) the pool keeps one and records a note; the
+    /// largest request is lowered to fit the store's block sizes.
+    ///
+    /// # Errors
+    /// The first session's connection error, or a bad configuration.
+    pub async fn open(connector: Arc<dyn Connector>, config: PoolConfig) -> Result<Pool> {
+        let name = connector.name().to_string();
+        if config.max_depth == 0
+            || config.max_request_bytes == 0
+            || config.max_sessions == 0
+            || config.initial_sessions == 0
+        {
+            return Err(EndpointError::config(
+                &name,
+                None,
+                "depth, request size and sessions must be at least 1",
+            ));
+        }
+        let first = connector.connect().await?;
+        let session_caps = first.capabilities();
+        let mut notes = Vec::new();
+        let mut max_sessions = config.max_sessions;
+        if let Some(limit) = connector.max_sessions().filter(|l| *l < max_sessions) {
+            notes.push(format!("{name}: the store accepts at most {limit} sessions"));
+            max_sessions = limit.max(1);
+        }
+        if !session_caps.can_multi_conn && max_sessions > 1 {
+            notes.push(format!(
+                "{name}: the server does not advertise multi-connection consistency (CAN_MULTI_CONN); using 1 session"
+            ));
+            max_sessions = 1;
+        }
+        let bs = session_caps.block_sizes;
+        let min = bs.minimum.max(1);
+        let mut max_request_bytes = config.max_request_bytes.min(bs.maximum.max(min));
+        max_request_bytes -= max_request_bytes % min;
+        if max_request_bytes == 0 {
+            max_request_bytes = min;
+        }
+        if max_request_bytes != config.max_request_bytes {
+            notes.push(format!(
+                "{name}: request size {} adjusted to {max_request_bytes} to fit the server's block sizes",
+                config.max_request_bytes
+            ));
+        }
+        let mut caps = session_caps;
+        caps.block_sizes.maximum = (1u32 << 30) - (1u32 << 30) % min;
+        caps.block_sizes.preferred = max_request_bytes.max(bs.preferred);
+        let size = first.size();
+        let (roles, _) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            name,
+            connector,
+            config: PoolConfig { max_request_bytes, ..config },
+            max_sessions,
+            queue: Mutex::new(VecDeque::new()),
+            queue_ready: Notify::new(),
+            sessions: Mutex::new(Vec::new()),
+            roles,
+            active: AtomicUsize::new(config.initial_sessions.min(max_sessions)),
+            depth: AtomicUsize::new(config.max_depth),
+            request_bytes: AtomicU32::new(max_request_bytes),
+            block_min: min,
+            connecting: AtomicUsize::new(0),
+            completed_bytes: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            notes: Mutex::new(notes),
+            last_failure: Mutex::new(None),
+            side: tokio::sync::OnceCell::new(),
+            side_failed: AtomicBool::new(false),
+            running: Mutex::new(Vec::new()),
+            next_running_id: AtomicU64::new(0),
+            mean_us: AtomicU64::new(0),
+            hedged: AtomicU64::new(0),
+            hedges_won: AtomicU64::new(0),
+        });
+        Shared::add_session(&shared, first);
+        let pool = Pool { shared, size, caps };
+        // Open the other initial sessions now, in parallel, and wait for them
+        // so a fixed-N run starts with all N.
+        let want = pool.shared.active.load(Ordering::SeqCst);
+        let opens = (1..want).map(|_| pool.shared.connector.connect());
+        for r in futures::future::join_all(opens).await {
+            match r {
+                Ok(ep) => Shared::add_session(&pool.shared, ep),
+                Err(e) => pool.shared.note(format!("could not open an extra session: {e}")),
+            }
+        }
+        pool.shared.rebalance();
+        Ok(pool)
+    }
+
+    fn refuse(&self, what: String) -> EndpointError {
+        EndpointError::config(&self.shared.name, None, what)
+    }
+
+    /// Sets the number of active sessions, opening new sessions in the
+    /// background when needed.
+    ///
+    /// # Errors
+    /// `n` outside `1..=max_sessions()` (a configuration error; nothing changes).
+    pub fn set_active(&self, n: usize) -> Result<()> {
+        if !(1..=self.shared.max_sessions).contains(&n) {
+            return Err(
+                self.refuse(format!("{n} active sessions is outside 1..={}", self.shared.max_sessions))
+            );
+        }
+        self.shared.active.store(n, Ordering::SeqCst);
+        self.shared.rebalance();
+        Ok(())
+    }
+
+    /// Sets how many request slots each active session uses. A slot beyond
+    /// it finishes its request, then idles. Fewer slots mean fewer bytes a
+    /// session must finish when it is deactivated.
+    ///
+    /// # Errors
+    /// `depth` outside `1..=max_depth` of the configuration.
+    pub fn set_depth(&self, depth: usize) -> Result<()> {
+        let max = self.shared.config.max_depth;
+        if !(1..=max).contains(&depth) {
+            return Err(self.refuse(format!("depth {depth} is outside 1..={max}")));
+        }
+        if self.shared.depth.swap(depth, Ordering::SeqCst) != depth {
+            self.shared.roles.send_modify(|g| *g += 1);
+            self.shared.queue_ready.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Sets the bytes per request on the wire: callers' reads and writes
+    /// are cut into requests this size.
+    ///
+    /// # Errors
+    /// `bytes` above [`max_request_bytes`](Self::max_request_bytes), zero,
+    /// or not a multiple of the store's block size.
+    pub fn set_request_bytes(&self, bytes: u32) -> Result<()> {
+        let (max, align) = (self.max_request_bytes(), self.shared.block_min);
+        if bytes == 0 || bytes > max || !bytes.is_multiple_of(align) {
+            return Err(self.refuse(format!(
+                "request size {bytes} is not a multiple of {align} bytes between {align} and {max}"
+            )));
+        }
+        self.shared.request_bytes.store(bytes, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Bytes per request on the wire now.
+    pub fn request_bytes(&self) -> u32 {
+        self.shared.request_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Largest request on the wire (the configured one, fitted to the store).
+    pub fn max_request_bytes(&self) -> u32 {
+        self.shared.config.max_request_bytes
+    }
+
+    /// Most sessions this pool may open (after the store's limits).
+    pub fn max_sessions(&self) -> usize {
+        self.shared.max_sessions
+    }
+
+    /// Bytes the active sessions carry when every slot is busy: active
+    /// sessions x depth x request size. A caller that keeps much more
+    /// queued only makes the queue longer: a deactivated session or a new
+    /// request size then takes effect later.
+    pub fn capacity_bytes(&self) -> u64 {
+        let sh = &self.shared;
+        sh.active.load(Ordering::SeqCst) as u64
+            * sh.depth.load(Ordering::SeqCst) as u64
+            * u64::from(self.request_bytes())
+    }
+
+    /// Payload bytes of completed reads and writes (goodput numerator).
+    pub fn completed_bytes(&self) -> u64 {
+        self.shared.completed_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Notes about adjustments the pool made (clamped sessions, request size...).
+    pub fn notes(&self) -> Vec<String> {
+        lock(&self.shared.notes).clone()
+    }
+}

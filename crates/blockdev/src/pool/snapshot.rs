@@ -1,0 +1,113 @@
+//! What the pool reports about itself, in plain values: what the
+//! controller needs (limits, request shape, per-session counters) and what
+//! a report shows (bytes per session, failures, hedging).
+
+use std::sync::atomic::Ordering;
+
+use super::{Pool, lock};
+use crate::endpoint::TcpInfo;
+
+/// A pool's state at one moment ([`Pool::snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// Payload bytes of completed reads and writes since the pool opened.
+    pub completed_bytes: u64,
+    /// Sessions the pool is asked to keep active.
+    pub active: usize,
+    /// Most sessions the pool may open (after the store's limits).
+    pub max_sessions: usize,
+    /// Largest request on the wire (configured, fitted to the store).
+    pub max_request_bytes: u32,
+    /// Request sizes are multiples of this (the store's block size).
+    pub request_align: u32,
+    /// Most requests in flight per session.
+    pub max_depth: usize,
+    /// Bytes per request on the wire now.
+    pub request_bytes: u32,
+    /// Requests in flight per active session now.
+    pub depth: usize,
+    /// Requests waiting in the queue.
+    pub queued: usize,
+    /// Straggling requests duplicated on another session.
+    pub hedged: u64,
+    /// Hedged requests the duplicate answered first.
+    pub hedges_won: u64,
+    /// Every session the pool opened, failed ones included.
+    pub sessions: Vec<SessionSnapshot>,
+}
+
+/// One session of a [`PoolSnapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionSnapshot {
+    /// Index in the pool (in the order opened).
+    pub index: usize,
+    /// Takes new requests.
+    pub active: bool,
+    /// Its connection failed; it was retired.
+    pub failed: bool,
+    /// Requests it carries now.
+    pub in_flight: usize,
+    /// Payload bytes of the reads and writes it completed.
+    pub completed_bytes: u64,
+    /// TCP_INFO of its connections (empty without TCP, or once failed).
+    pub tcp: Vec<TcpInfo>,
+}
+
+impl PoolSnapshot {
+    /// Sessions open (not failed).
+    pub fn open(&self) -> usize {
+        self.sessions.iter().filter(|s| !s.failed).count()
+    }
+
+    /// Sessions retired after a connection failure.
+    pub fn failed(&self) -> usize {
+        self.sessions.iter().filter(|s| s.failed).count()
+    }
+
+    /// Requests in flight on all sessions.
+    pub fn in_flight(&self) -> usize {
+        self.sessions.iter().map(|s| s.in_flight).sum()
+    }
+
+    /// Deactivated open sessions that still carry requests: they finish
+    /// what they took before going idle, and until then their bytes still
+    /// count in the pool's goodput.
+    pub fn draining(&self) -> usize {
+        self.sessions.iter().filter(|s| !s.failed && !s.active && s.in_flight > 0).count()
+    }
+}
+
+impl Pool {
+    /// Everything the pool can say about itself now (see [`PoolSnapshot`]).
+    pub fn snapshot(&self) -> PoolSnapshot {
+        let sh = &self.shared;
+        let sessions: Vec<_> = lock(&sh.sessions).clone();
+        PoolSnapshot {
+            completed_bytes: self.completed_bytes(),
+            active: sh.active.load(Ordering::SeqCst),
+            max_sessions: sh.max_sessions,
+            max_request_bytes: sh.config.max_request_bytes,
+            request_align: sh.block_min,
+            max_depth: sh.config.max_depth,
+            request_bytes: self.request_bytes(),
+            depth: sh.depth.load(Ordering::SeqCst),
+            queued: lock(&sh.queue).len(),
+            hedged: sh.hedged.load(Ordering::Relaxed),
+            hedges_won: sh.hedges_won.load(Ordering::Relaxed),
+            sessions: sessions
+                .iter()
+                .map(|s| {
+                    let failed = s.failed.load(Ordering::Relaxed);
+                    SessionSnapshot {
+                        index: s.index,
+                        active: s.active.load(Ordering::Relaxed),
+                        failed,
+                        in_flight: s.in_flight.load(Ordering::Relaxed),
+                        completed_bytes: s.completed_bytes.load(Ordering::Relaxed),
+                        tcp: if failed { Vec::new() } else { s.endpoint.tcp_info() },
+                    }
+                })
+                .collect(),
+        }
+    }
+}
