@@ -7,6 +7,10 @@
 //!
 //! Missing tools are a test failure with a message naming the package to
 //! install, never a silent skip: the README's test command installs them.
+//!
+//! Nothing waits without a deadline ([`wait`]): commands run with a
+//! timeout and are killed by PID when it passes, threads are joined with
+//! one, so a hang is a failing test that names what hung.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -20,6 +24,11 @@ use sha2::{Digest, Sha256};
 pub mod nbd_hostile;
 pub mod peers;
 pub mod tgt;
+pub mod wait;
+
+pub use wait::{
+    RUN_TIMEOUT, Running, join_within, output_within, run_with_timeout, try_join_within, wait_child,
+};
 
 /// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) by PID
 /// when the guard drops.
@@ -40,9 +49,27 @@ impl Peer {
         Peer { child: Some(child), name: name.to_string() }
     }
 
+    /// Takes over a child the test started some other way (e.g. in a
+    /// network namespace): it is stopped by PID when the guard drops.
+    pub fn adopt(name: &str, child: Child) -> Peer {
+        Peer { child: Some(child), name: name.to_string() }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// Waits for the process to exit by itself.
+    ///
+    /// # Panics
+    /// After `timeout` (the process is killed by PID and reaped first),
+    /// naming the process and the timeout; or if it was already stopped.
+    pub fn wait_within(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().unwrap_or_else(|| panic!("{} was already stopped", self.name));
+        let st = wait_child(child, timeout, &self.name);
+        self.child = None;
+        st
     }
 
     /// Returns the exit status if the process has already ended.
@@ -171,10 +198,23 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// Runs a command to completion and returns its stdout, panicking with its
-/// stderr if it fails.
+/// Runs a command to completion (within [`RUN_TIMEOUT`]) and returns its
+/// stdout, panicking with its stderr if it fails.
+///
+/// # Panics
+/// The command cannot start, fails, or runs longer than [`RUN_TIMEOUT`]
+/// (it is killed by PID first).
 pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    run_within(cmd, RUN_TIMEOUT)
+}
+
+/// Like [`run`], with the command's own timeout.
+///
+/// # Panics
+/// The command cannot start, fails, or runs longer than `timeout` (it is
+/// killed by PID first).
+pub fn run_within(cmd: &mut Command, timeout: Duration) -> String {
+    let out = run_with_timeout(cmd, timeout);
     assert!(
         out.status.success(),
         "{cmd:?} failed with {}:\nstdout: {}\nstderr: {}",

@@ -1,8 +1,13 @@
 //! Hostile NBD servers: a real handshake (our sans-I/O server machine),
 //! then a test-written script on the raw socket (garbage, unknown cookies,
 //! truncated replies, hang-ups). Needs a tokio runtime.
+//!
+//! The server runs as a task the test joins with [`Hostile::finish`]: a
+//! test that expects the client to fail must not pass because the server
+//! itself crashed (a panic in the handshake or the script fails the test).
 
 use std::future::Future;
+use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,16 +20,63 @@ use wanblk_nbd_proto::{Codec, Command, ExportConfig, Reader, Server, ServerConfi
 /// Size of the hostile export.
 pub const SIZE: u64 = 16 << 20;
 
-/// Starts a one-connection server; returns its URI. `script` runs after the
-/// handshake with the socket.
-pub async fn hostile<F, Fut>(structured: bool, script: F) -> String
+/// How long [`Hostile::finish`] waits for the server task (the client must
+/// be gone by then: a script that lingers ends when the client closes).
+const FINISH_WITHIN: Duration = Duration::from_secs(30);
+
+/// A running hostile server.
+#[derive(Debug)]
+pub struct Hostile {
+    /// The server's URI (`nbd://127.0.0.1:PORT/x`).
+    pub uri: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Hostile {
+    /// Waits for the server task to end (close or drop the client first).
+    ///
+    /// # Panics
+    /// The server panicked (in the handshake or the script), or did not end
+    /// within 30 s.
+    pub async fn finish(mut self) {
+        let task = self.task.take().expect("finished once");
+        match tokio::time::timeout(FINISH_WITHIN, task).await {
+            Err(_) => panic!("the hostile server at {} did not finish within {FINISH_WITHIN:?}", self.uri),
+            Ok(Err(e)) if e.is_panic() => panic!(
+                "the hostile server at {} panicked: {}",
+                self.uri,
+                crate::wait::panic_message(&*e.into_panic())
+            ),
+            Ok(Err(e)) => panic!("the hostile server at {} did not finish: {e}", self.uri),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        // Every test joins its server; one that forgot would lose its panics.
+        if let Some(task) = self.task.take() {
+            task.abort();
+            assert!(
+                std::thread::panicking(),
+                "the hostile server at {} was dropped without Hostile::finish: its panics would be lost",
+                self.uri
+            );
+        }
+    }
+}
+
+/// Starts a one-connection server. `script` runs after the handshake with
+/// the socket.
+pub async fn hostile<F, Fut>(structured: bool, script: F) -> Hostile
 where
     F: FnOnce(TcpStream) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let uri = format!("nbd://127.0.0.1:{}/x", l.local_addr().unwrap().port());
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let (mut s, _) = l.accept().await.unwrap();
         let mut m = Server::new(ServerConfig {
             exports: vec![ExportConfig {
@@ -56,7 +108,7 @@ where
         }
         script(s).await;
     });
-    uri
+    Hostile { uri, task: Some(task) }
 }
 
 /// Reads one request header (and skips a write's payload).

@@ -38,6 +38,10 @@ pub const LFN_TARGET_PARAMS: &[(&str, &str)] = &[
     ("MaxOutstandingR2T", "16"),
 ];
 
+/// How long one tgtadm call may take (it answers in milliseconds; a
+/// daemon that stopped answering its control socket must not hang a test).
+const TGTADM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The size of a LUN on tgt's `null` backing store. tgt 1.0.85 fixes it at
 /// 1 TiB; the backing-store path is only a label.
 pub const NULL_LUN_SIZE: u64 = 1 << 40;
@@ -147,12 +151,11 @@ impl Tgt {
     /// # Errors
     /// tgtadm cannot run or fails; the message holds its output.
     pub fn try_tgtadm(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new("tgtadm")
-            .args(["-C", &self.ctl.to_string(), "--lld", "iscsi"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("running tgtadm")?;
+        let out = crate::output_within(
+            Command::new("tgtadm").args(["-C", &self.ctl.to_string(), "--lld", "iscsi"]).args(args),
+            TGTADM_TIMEOUT,
+        )
+        .context("running tgtadm")?;
         if !out.status.success() {
             bail!(
                 "tgtadm {} failed ({}): {}{}",
@@ -390,10 +393,10 @@ impl Drop for Tgt {
                 &tid.to_string(),
             ]);
         }
-        let _ = Command::new("tgtadm")
-            .args(["-C", &self.ctl.to_string(), "--op", "delete", "--mode", "system"])
-            .stdin(Stdio::null())
-            .output();
+        let _ = crate::output_within(
+            Command::new("tgtadm").args(["-C", &self.ctl.to_string(), "--op", "delete", "--mode", "system"]),
+            TGTADM_TIMEOUT,
+        );
         if let Some(mut p) = self.peer.take() {
             p.stop();
         }

@@ -35,50 +35,56 @@ fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_instead_of_a_reply() {
-    let uri = hostile(false, |mut s| async move {
+    let server = hostile(false, |mut s| async move {
         read_request(&mut s).await;
         let _ = s.write_all(b"this is certainly not an NBD reply header!!").await;
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let dir = tempdir();
     let dst = dir.path().join("out.img");
     let out = copy_to_new_file(&uri, &dst).await;
     assert_failed(&out, &uri, &dst, "protocol error");
+    server.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_with_an_unknown_cookie() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         let r = read_request(&mut s).await;
         let _ = s.write_all(&chunk(1, 0, r.cookie ^ 0xdead_beef, &[])).await;
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let dir = tempdir();
     let dst = dir.path().join("out.img");
     let out = copy_to_new_file(&uri, &dst).await;
     assert_failed(&out, &uri, &dst, "cookie");
+    server.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_reply_then_hang_up() {
-    let uri = hostile(false, |mut s| async move {
+    let server = hostile(false, |mut s| async move {
         let r = read_request(&mut s).await;
         let reply = simple(r.cookie, 0);
         // Half a reply header, then close.
         let _ = s.write_all(&reply[..7]).await;
     })
     .await;
+    let uri = server.uri.clone();
     let dir = tempdir();
     let dst = dir.path().join("out.img");
     let out = copy_to_new_file(&uri, &dst).await;
     assert_failed(&out, &uri, &dst, "I/O error");
+    server.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hang_up_mid_transfer_keeps_only_what_was_copied() {
-    let uri = hostile(false, |mut s| async move {
+    let server = hostile(false, |mut s| async move {
         // Answer two reads with real data, then hang up (FIN) with the rest
         // pending. (Closing with unread requests would send a RST, and the
         // client's kernel may then discard the replies before they are read.)
@@ -94,6 +100,7 @@ async fn hang_up_mid_transfer_keeps_only_what_was_copied() {
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let dir = tempdir();
     let dst = dir.path().join("out.img");
     let out = copy_to_new_file(&uri, &dst).await;
@@ -107,4 +114,5 @@ async fn hang_up_mid_transfer_keeps_only_what_was_copied() {
     // The hostile export allows at most 1 MiB per request.
     assert_eq!(copied, 2 << 20, "exactly the two answered requests were written");
     assert!(err.contains("reconnecting failed"), "the error keeps the original failure: {err}");
+    server.finish().await;
 }

@@ -6,10 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
+use wanblk_testkit::Running;
 use wanblk_testkit::tgt::Tgt;
 
 fn part_of(dst: &Path) -> std::path::PathBuf {
@@ -82,14 +83,13 @@ fn tgtd_killed_mid_copy() {
     let dir = tempdir();
     let dst = dir.path().join("out.img");
     let uri = tgt.uri(iqn);
-    let child = wanblk()
-        .arg("copy")
-        .args([&uri, dst.to_str().unwrap(), "-C", "1", "--requests", "2", "--request-size", "256K"])
-        .args(["--no-sparse", "--no-progress"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start wanblk copy");
+    // Killed by PID if the test fails before it ends.
+    let child = Running::start(
+        wanblk()
+            .arg("copy")
+            .args([&uri, dst.to_str().unwrap(), "-C", "1", "--requests", "2", "--request-size", "256K"])
+            .args(["--no-sparse", "--no-progress"]),
+    );
     // Wait until data reaches the partial file, then kill the target.
     let part = part_of(&dst);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -102,7 +102,7 @@ fn tgtd_killed_mid_copy() {
         std::thread::sleep(Duration::from_millis(20));
     }
     tgt.kill();
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait(COPY_TIMEOUT);
     let err = assert_failed(&out, &dst, &[&uri, "offset"]);
     eprintln!("{err}");
     assert!(part.exists() && err.contains("wanblk-part"), "the partial copy is kept and named: {err}");

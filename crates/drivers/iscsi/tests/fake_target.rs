@@ -30,6 +30,7 @@ async fn read_against(
     let later = within(20, ep.read(0, 512)).await;
     assert!(later.is_err() || matches!(e.kind, ErrorKind::Server { .. }));
     drop(ep);
+    fake.finish().await;
     e
 }
 
@@ -192,6 +193,8 @@ async fn bad_data_digest() {
     let e = within(20, ep.read(8192, 4096)).await.unwrap_err();
     protocol(&e, "data digest mismatch");
     assert_eq!(e.offset, Some(8192));
+    drop(ep);
+    fake.finish().await;
 }
 
 #[tokio::test]
@@ -227,6 +230,8 @@ async fn unit_attention_is_retried_once() {
     let d = within(20, ep.read(8192, 4096)).await.unwrap();
     assert!(d.iter().all(|&b| b == 0xab));
     drop(ep);
+    // The script checked that the same command was retried.
+    fake.finish().await;
 }
 
 #[tokio::test]
@@ -249,13 +254,16 @@ async fn login_reject_and_garbage() {
     let e = within(20, conn.connect_endpoint()).await.unwrap_err();
     eprintln!("{e}");
     assert!(matches!(e.kind, ErrorKind::Protocol(_)), "{e}");
+    fake.finish().await;
 }
 
 #[tokio::test]
 async fn silent_target_times_out() {
+    // The target reads the login request and never answers: it waits
+    // until the initiator gives up and closes the connection.
     let fake = FakeTarget::spawn(|c| {
-        let _ = c.recv();
-        std::thread::sleep(std::time::Duration::from_secs(3));
+        assert!(c.recv().is_some(), "a login request");
+        assert!(c.recv().is_none(), "the initiator sent more than its login request");
     });
     let conn = IscsiConnector::new(
         &fake.uri(),
@@ -264,4 +272,5 @@ async fn silent_target_times_out() {
     .unwrap();
     let e = within(20, conn.connect_endpoint()).await.unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Io(_)) && e.to_string().contains("timed out"), "{e}");
+    fake.finish().await;
 }

@@ -41,6 +41,8 @@ async fn one_connection_dying_fails_the_session() {
     assert!(matches!(eb.kind, ErrorKind::Io(_)), "{eb}");
     assert!(eb.to_string().contains("another connection of the session failed"), "{eb}");
     assert_eq!(eb.offset, Some(4096));
+    drop((a, b));
+    fake.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,5 +67,6 @@ async fn after_a_session_failure_the_next_connect_starts_a_new_session() {
     let ep = within(20, conn.connect_endpoint()).await.unwrap();
     assert_eq!(ep.cid(), 0, "a new session, leading connection");
     assert!(within(20, ep.read(0, 512)).await.unwrap().iter().all(|&x| x == 5));
-    drop(first);
+    drop((first, ep));
+    fake.finish().await;
 }

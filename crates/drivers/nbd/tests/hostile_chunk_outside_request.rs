@@ -10,7 +10,7 @@ use wanblk_nbd_proto::consts::{REPLY_FLAG_DONE, chunk};
 
 #[tokio::test]
 async fn chunk_outside_the_request_is_a_protocol_error() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         let r = read_request(&mut s).await;
         let mut payload = (r.offset + 4096).to_be_bytes().to_vec();
         payload.extend(vec![1u8; r.length as usize]);
@@ -18,6 +18,7 @@ async fn chunk_outside_the_request_is_a_protocol_error() {
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let sess = connect(&uri).await;
     let e = within(10, sess.read(1 << 20, 8192)).await.unwrap_err();
     match &e.kind {
@@ -25,4 +26,6 @@ async fn chunk_outside_the_request_is_a_protocol_error() {
         k => panic!("{k:?}"),
     }
     assert_eq!((e.endpoint.as_str(), e.offset), (uri.as_str(), Some(1 << 20)));
+    drop(sess);
+    server.finish().await;
 }

@@ -10,13 +10,14 @@ use wanblk_blockdev::{Endpoint, ErrorKind};
 
 #[tokio::test]
 async fn closing_mid_transfer_fails_all_pending_requests() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         // Take eight requests, answer none, hang up.
         for _ in 0..8 {
             read_request(&mut s).await;
         }
     })
     .await;
+    let uri = server.uri.clone();
     let sess = Arc::new(connect(&uri).await);
     let tasks: Vec<_> = (0..8u64)
         .map(|i| {
@@ -33,4 +34,6 @@ async fn closing_mid_transfer_fails_all_pending_requests() {
     // Nothing hangs afterwards either.
     assert!(within(5, sess.read(0, 1)).await.is_err());
     within(5, sess.close()).await.unwrap();
+    drop(sess);
+    server.finish().await;
 }

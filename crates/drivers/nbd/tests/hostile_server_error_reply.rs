@@ -13,7 +13,7 @@ use wanblk_nbd_proto::wire::ErrorChunk;
 
 #[tokio::test]
 async fn error_replies_are_server_errors() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         let r = read_request(&mut s).await;
         let e = ErrorChunk { error: 28, message: "full".into() }.to_bytes();
         s.write_all(&chunk(REPLY_FLAG_DONE, chunk::ERROR, r.cookie, &e)).await.unwrap();
@@ -24,6 +24,7 @@ async fn error_replies_are_server_errors() {
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let sess = connect(&uri).await;
     let e = within(10, sess.write(4096, bytes::Bytes::from_static(b"abc"), false)).await.unwrap_err();
     assert!(matches!(&e.kind, ErrorKind::Server { code: 28, message } if message.contains("full")), "{e}");
@@ -31,4 +32,6 @@ async fn error_replies_are_server_errors() {
     let e = within(10, sess.write(8192, bytes::Bytes::from_static(b"abc"), false)).await.unwrap_err();
     assert!(matches!(&e.kind, ErrorKind::Server { code: 5, .. }), "{e}");
     within(10, sess.flush()).await.unwrap();
+    drop(sess);
+    server.finish().await;
 }

@@ -10,7 +10,7 @@ use wanblk_nbd_proto::consts::{REPLY_FLAG_DONE, chunk};
 
 #[tokio::test]
 async fn truncated_reply_then_close_fails_the_request() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         let r = read_request(&mut s).await;
         let mut payload = r.offset.to_be_bytes().to_vec();
         payload.extend(vec![1u8; r.length as usize]);
@@ -19,6 +19,7 @@ async fn truncated_reply_then_close_fails_the_request() {
         // close with the reply half sent
     })
     .await;
+    let uri = server.uri.clone();
     let sess = connect(&uri).await;
     let e = within(10, sess.read(65536, 65536)).await.unwrap_err();
     match &e.kind {
@@ -26,4 +27,6 @@ async fn truncated_reply_then_close_fails_the_request() {
         k => panic!("{k:?}"),
     }
     assert_eq!((e.endpoint.as_str(), e.offset), (uri.as_str(), Some(65536)));
+    drop(sess);
+    server.finish().await;
 }

@@ -9,12 +9,13 @@ use wanblk_blockdev::{Endpoint, ErrorKind};
 
 #[tokio::test]
 async fn unknown_cookie_is_a_protocol_error() {
-    let uri = hostile(true, |mut s| async move {
+    let server = hostile(true, |mut s| async move {
         let r = read_request(&mut s).await;
         s.write_all(&simple(r.cookie ^ 0xdead_0000, 0)).await.unwrap();
         linger(s).await;
     })
     .await;
+    let uri = server.uri.clone();
     let sess = connect(&uri).await;
     let e = within(10, sess.flush()).await.unwrap_err();
     match &e.kind {
@@ -22,4 +23,6 @@ async fn unknown_cookie_is_a_protocol_error() {
         k => panic!("{k:?}"),
     }
     assert_eq!(e.endpoint, uri);
+    drop(sess);
+    server.finish().await;
 }

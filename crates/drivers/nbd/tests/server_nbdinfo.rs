@@ -10,11 +10,13 @@ use common::*;
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 use wanblk_nbd::ServeOptions;
-use wanblk_testkit::{require_tool, run};
+use wanblk_testkit::{require_tool, run_within};
 
 async fn nbdinfo(args: Vec<String>) -> String {
     require_tool("nbdinfo", "libnbd-bin");
-    within(30, tokio::task::spawn_blocking(move || run(Command::new("nbdinfo").args(args)))).await.unwrap()
+    // run_within kills nbdinfo by PID if it hangs and names it.
+    let nbdinfo = move || run_within(Command::new("nbdinfo").args(args), std::time::Duration::from_secs(30));
+    tokio::task::spawn_blocking(nbdinfo).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::process::Command;
 use common::*;
 use wanblk_blockdev::Endpoint;
 use wanblk_nbd::ServeOptions;
-use wanblk_testkit::{random_file, require_tool, run};
+use wanblk_testkit::{RUN_TIMEOUT, random_file, require_tool, run, run_with_timeout};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qemu_img_convert_and_compare() {
@@ -19,13 +19,11 @@ async fn qemu_img_convert_and_compare() {
         TestServer::memory(32 << 20, ServeOptions { export_name: "disk".into(), ..Default::default() }).await;
     let uri = srv.uri.clone();
     let s = src.clone();
-    within(
-        120,
-        tokio::task::spawn_blocking(move || {
-            run(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&s).arg(&uri));
-            run(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&s).arg(&uri));
-        }),
-    )
+    // Each run kills its qemu-img by PID if it hangs (testkit::RUN_TIMEOUT).
+    tokio::task::spawn_blocking(move || {
+        run(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&s).arg(&uri));
+        run(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&s).arg(&uri));
+    })
     .await
     .unwrap();
     // And a difference is noticed.
@@ -33,19 +31,15 @@ async fn qemu_img_convert_and_compare() {
     c.write(1 << 20, bytes::Bytes::from_static(b"different"), true).await.unwrap();
     c.close().await.unwrap();
     let (uri, s) = (srv.uri.clone(), src.clone());
-    let status = within(
-        60,
-        tokio::task::spawn_blocking(move || {
-            Command::new("qemu-img")
-                .args(["compare", "-q", "-f", "raw", "-F", "raw"])
-                .arg(&s)
-                .arg(&uri)
-                .status()
-        }),
-    )
+    let out = tokio::task::spawn_blocking(move || {
+        run_with_timeout(
+            Command::new("qemu-img").args(["compare", "-q", "-f", "raw", "-F", "raw"]).arg(&s).arg(&uri),
+            RUN_TIMEOUT,
+        )
+    })
     .await
-    .unwrap()
     .unwrap();
+    let status = out.status;
     assert_eq!(status.code(), Some(1), "images differ");
     srv.stop().await;
 }

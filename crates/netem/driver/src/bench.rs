@@ -91,6 +91,54 @@ impl Default for IperfRun {
     }
 }
 
+/// Reads a child's pipe to its end on a thread.
+fn read_all<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Runs `cmd` in `side`'s namespace and returns its output; kills it (by
+/// its PID) and fails if it runs longer than `limit`.
+fn exec_within(
+    sc: &Scenario,
+    side: Side,
+    cmd: &mut Command,
+    limit: Duration,
+) -> Result<std::process::Output> {
+    let what = format!("{cmd:?}");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = sc.spawn(side, cmd).map_err(|e| Error::io("start iperf3 -c", e))?;
+    let out = read_all(child.stdout.take());
+    let err = read_all(child.stderr.take());
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| Error::io("wait for iperf3 -c", e))? {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+            return Err(Error::Command {
+                cmd: what,
+                status: format!("still running after {limit:?}, killed"),
+                stderr,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
 /// Runs the iperf3 client in the client namespace against a running [`IperfServer`].
 ///
 /// # Errors
@@ -108,7 +156,12 @@ pub fn iperf3(sc: &Scenario, run: &IperfRun) -> Result<IperfResult> {
     if run.reverse {
         c.arg("-R");
     }
-    let out = sc.exec(Side::Client, &mut c).map_err(|e| Error::io("run iperf3 -c", e))?;
+    // A path that stops carrying packets must not hang the caller: iperf3
+    // gives up on a control connection it cannot open, and is killed (by
+    // its PID) if the run outlasts its own duration by far.
+    c.args(["--connect-timeout", "10000"]);
+    let limit = Duration::from_secs(u64::from(run.seconds + run.omit) + 60);
+    let out = exec_within(sc, Side::Client, &mut c, limit)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::Config(format!("iperf3 output is not JSON ({e}): {text}")))?;

@@ -28,14 +28,16 @@ fn rate_change_and_blackout_follow_the_profile() {
         .unwrap();
     let t0 = Instant::now();
     let _srv = wanblk_netem::bench::IperfServer::start(&sc).unwrap();
-    let mut client = sc
-        .spawn(
+    let mut client = wanblk_testkit::Peer::adopt(
+        "iperf3 -c",
+        sc.spawn(
             Side::Client,
             Command::new("iperf3")
                 .args(["-c", &sc.server_addr().to_string(), "-u", "-b", "150M", "-l", "1400", "-t", "7"])
                 .stdout(Stdio::null()),
         )
-        .unwrap();
+        .unwrap(),
+    );
     // Layer-2 rate at the server in a window [a, b] seconds after the start.
     let window = |a: f64, b: f64| {
         wait_until(t0, Duration::from_secs_f64(a));
@@ -48,7 +50,7 @@ fn rate_change_and_blackout_follow_the_profile() {
     let after = window(2.2, 3.9);
     let dark = window(4.1, 4.9);
     let back = window(5.3, 6.8);
-    client.wait().unwrap();
+    client.wait_within(Duration::from_secs(60));
     let st = sc.stats().unwrap();
     eprintln!(
         "100 Mbit/s: {:.2}; after `rate 50mbit`: {:.2}; blackout: {:.3}; after it: {:.2} Mbit/s; load {}\n{}",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use wanblk_netem::bench::{IperfRun, IperfServer, iperf3};
 use wanblk_netem::{Scenario, Side, SysctlProfile};
+use wanblk_testkit::Peer;
 
 #[test]
 fn udp_flood_is_delivered_at_the_rate() {
@@ -26,21 +27,23 @@ fn udp_flood_is_delivered_at_the_rate() {
     for _attempt in 0..2 {
         // Flood for 7 s; measure what reaches the server's interface (layer-2
         // bytes = IP length + 14, the emulator's wire size) over 4 s of steady state.
-        let mut client = sc
-            .spawn(
+        let mut client = Peer::adopt(
+            "iperf3 -c",
+            sc.spawn(
                 Side::Client,
                 Command::new("iperf3")
                     .args(["-c", &sc.server_addr().to_string(), "-u", "-b", "300M", "-l", "1400", "-t", "7"])
                     .stdout(Stdio::null()),
             )
-            .unwrap();
+            .unwrap(),
+        );
         std::thread::sleep(Duration::from_millis(1500));
         let (b0, t0) = (common::rx_bytes(&sc, Side::Server, "s0"), Instant::now());
         let before = sc.stats().unwrap();
         std::thread::sleep(Duration::from_secs(4));
         let (b1, t1) = (common::rx_bytes(&sc, Side::Server, "s0"), Instant::now());
         let st = sc.stats().unwrap();
-        client.wait().unwrap();
+        client.wait_within(Duration::from_secs(60));
         let got = (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64();
         let err = (got - rate as f64) / rate as f64;
         eprintln!(

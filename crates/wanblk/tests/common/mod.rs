@@ -4,8 +4,14 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 pub use wanblk_testkit::{peers, random_file, sha256_file, tempdir};
+
+/// How long one `wanblk copy` of a test may run before it is killed and
+/// the test fails: the largest copies (1 GiB through a rate limit, 256 MiB
+/// round trips) take seconds; a hang must not block CI.
+pub const COPY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The `wanblk` binary built for this test run.
 pub fn wanblk() -> Command {
@@ -13,8 +19,17 @@ pub fn wanblk() -> Command {
 }
 
 /// Runs `wanblk copy ARGS... --no-progress` and returns its output.
+///
+/// # Panics
+/// After [`COPY_TIMEOUT`] (the copy is killed by PID first), naming the
+/// command.
 pub fn copy(args: &[&str]) -> Output {
-    wanblk().arg("copy").args(args).arg("--no-progress").output().expect("run wanblk copy")
+    copy_within(args, COPY_TIMEOUT)
+}
+
+/// Like [`copy`], with its own timeout.
+pub fn copy_within(args: &[&str], timeout: Duration) -> Output {
+    wanblk_testkit::run_with_timeout(wanblk().arg("copy").args(args).arg("--no-progress"), timeout)
 }
 
 /// Like [`copy`], but panics with the command's stderr if it fails.

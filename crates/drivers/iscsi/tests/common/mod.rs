@@ -237,7 +237,55 @@ impl FakeConn {
     }
 }
 
-/// A scripted target: accepts one connection and runs `script` on it in a thread.
+/// How long a fake target waits for the initiator: to connect, and for
+/// each PDU (then `recv` returns `None`).
+const FAKE_WAIT: Duration = Duration::from_secs(30);
+
+/// Accepts one connection, or panics after [`FAKE_WAIT`] (a test whose
+/// initiator never connects must fail, not hang in `accept`).
+fn accept(l: &TcpListener, which: usize) -> FakeConn {
+    l.set_nonblocking(true).unwrap();
+    let deadline = std::time::Instant::now() + FAKE_WAIT;
+    let stream = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no initiator connected to the fake target (connection {which}) within {FAKE_WAIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("fake target: accept failed: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(FAKE_WAIT)).unwrap();
+    FakeConn {
+        stream,
+        buf: BytesMut::new(),
+        codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
+        stat_sn: 1,
+        exp_cmd_sn: 0,
+        answers: Vec::new(),
+    }
+}
+
+/// Ends a scripted connection without losing what the script sent: a FIN
+/// after the scripted bytes, then what the initiator still sends is read
+/// until it closes (at most 2 s), so closing never resets the connection
+/// while the initiator has not read everything yet.
+fn hang_up(mut c: FakeConn) {
+    let _ = c.stream.shutdown(std::net::Shutdown::Write);
+    let _ = c.stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut tmp = [0u8; 65536];
+    while matches!(c.stream.read(&mut tmp), Ok(n) if n > 0) {}
+}
+
+/// A scripted target: accepts one connection and runs `script` on it in a
+/// thread. The thread is joined by [`FakeTarget::finish`] (or on drop): a
+/// panic in the script (an assertion about what the initiator sent) fails
+/// the test.
 pub struct FakeTarget {
     pub port: u16,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -248,20 +296,9 @@ impl FakeTarget {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let handle = std::thread::spawn(move || {
-            let (stream, _) = l.accept().unwrap();
-            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-            let mut c = FakeConn {
-                stream,
-                buf: BytesMut::new(),
-                codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
-                stat_sn: 1,
-                exp_cmd_sn: 0,
-                answers: Vec::new(),
-            };
+            let mut c = accept(&l, 0);
             script(&mut c);
-            // Keep the connection open a moment so the initiator sees the
-            // scripted bytes before any EOF.
-            std::thread::sleep(Duration::from_millis(200));
+            hang_up(c);
         });
         FakeTarget { port, handle: Some(handle) }
     }
@@ -274,24 +311,15 @@ impl FakeTarget {
         let handle = std::thread::spawn(move || {
             let mut threads = Vec::new();
             for i in 0..n {
-                let (stream, _) = l.accept().unwrap();
-                stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut c = accept(&l, i);
                 let script = std::sync::Arc::clone(&script);
                 threads.push(std::thread::spawn(move || {
-                    let mut c = FakeConn {
-                        stream,
-                        buf: BytesMut::new(),
-                        codec: Codec { header_digest: false, data_digest: false, max_recv_data: 1 << 24 },
-                        stat_sn: 1,
-                        exp_cmd_sn: 0,
-                        answers: Vec::new(),
-                    };
                     script(i, &mut c);
-                    std::thread::sleep(Duration::from_millis(200));
+                    hang_up(c);
                 }));
             }
-            for t in threads {
-                let _ = t.join();
+            for (i, t) in threads.into_iter().enumerate() {
+                wanblk_testkit::join_within(t, 3 * FAKE_WAIT, &format!("fake target connection {i}"));
             }
         });
         FakeTarget { port, handle: Some(handle) }
@@ -300,12 +328,31 @@ impl FakeTarget {
     pub fn uri(&self) -> String {
         format!("iscsi://127.0.0.1:{}/iqn.2024-01.test:fake/1", self.port)
     }
+
+    /// Waits for the script to end (without blocking the test's runtime,
+    /// so the initiator's tasks can still close their connections).
+    ///
+    /// # Panics
+    /// The script panicked, or did not end within a few [`FAKE_WAIT`]s.
+    pub async fn finish(mut self) {
+        let h = self.handle.take().expect("finished once");
+        let deadline = tokio::time::Instant::now() + 4 * FAKE_WAIT;
+        while !h.is_finished() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(h.is_finished(), "the fake target's script did not finish within {:?}", 4 * FAKE_WAIT);
+        wanblk_testkit::join_within(h, Duration::ZERO, "the fake target's script");
+    }
 }
 
 impl Drop for FakeTarget {
     fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        // A test that did not call `finish` still sees the script's panic
+        // (unless it is failing already: a second panic would abort).
+        if let Some(h) = self.handle.take()
+            && !std::thread::panicking()
+        {
+            wanblk_testkit::join_within(h, 4 * FAKE_WAIT, "the fake target's script");
         }
     }
 }

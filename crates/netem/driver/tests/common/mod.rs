@@ -1,9 +1,17 @@
 //! Shared by the emulator's integration tests (included with `mod common;`).
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use std::process::Command;
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use wanblk_netem::{Scenario, Side};
+
+/// Runs `cmd` in `side`'s namespace; after `timeout` it is killed by PID
+/// and the test fails, naming the command.
+pub fn exec(sc: &Scenario, side: Side, cmd: &mut Command, timeout: Duration) -> Output {
+    sc.enter(side, cmd).expect("enter the scenario's namespace");
+    wanblk_testkit::run_with_timeout(cmd, timeout)
+}
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -42,7 +50,7 @@ pub fn ping(sc: &Scenario, count: u32, interval: &str, size: u32) -> PingSummary
     let mut c = Command::new("ping");
     c.args(["-n", "-c", &count.to_string(), "-i", interval, "-s", &size.to_string(), "-W", "5"]);
     c.arg(sc.server_addr().to_string());
-    let out = sc.exec(Side::Client, &mut c).expect("run ping");
+    let out = exec(sc, Side::Client, &mut c, Duration::from_secs(60 + u64::from(count)));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut s = PingSummary {
         sent: 0,
@@ -93,7 +101,7 @@ pub fn load() -> String {
 pub fn rx_bytes(sc: &Scenario, side: Side, dev: &str) -> u64 {
     let mut c = Command::new("ip");
     c.args(["-s", "-j", "link", "show", "dev", dev]);
-    let out = sc.exec(side, &mut c).expect("run ip");
+    let out = exec(sc, side, &mut c, Duration::from_secs(20));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
     v[0]["stats64"]["rx"]["bytes"].as_u64().expect("rx bytes")
 }
