@@ -7,6 +7,7 @@ packages=(
   nbdkit nbd-server libnbd-bin qemu-utils   # NBD peers: servers and nbdinfo/nbdcopy, qemu-nbd/qemu-img
   tgt libiscsi-bin                          # iSCSI target (tgtd/tgtadm) and libiscsi's tools
   iperf3 iproute2 iptables iputils-ping ethtool procps   # the emulated WAN and its ceiling
+  fuse3 e2fsprogs util-linux mount fio       # wanblk mount: fusermount3, mkfs.ext4, losetup, random-read benchmark
 )
 
 missing=()

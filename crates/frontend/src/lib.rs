@@ -25,6 +25,7 @@
 
 mod driver;
 pub mod engine;
+pub mod fuse;
 mod ranges;
 mod readahead;
 

@@ -10,8 +10,10 @@
 //! - [`sched`]: thread affinity, `SCHED_FIFO`, timer slack, clocks.
 //! - [`netns`]: entering named network namespaces.
 //! - [`file`]: block device size, hole punching, zeroing, SEEK_DATA/SEEK_HOLE.
+//! - [`mount`]: unmounting (the FUSE mount of `wanblk mount`).
 
 pub mod file;
+pub mod mount;
 pub mod netns;
 pub mod nfqueue;
 pub mod process;

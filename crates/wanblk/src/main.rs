@@ -16,7 +16,7 @@ mod units;
 #[command(name = "wanblk", version, about, long_about = None)]
 struct Cli {
     /// Log filter (e.g. `info`, `wanblk_blockdev=debug`); also read from RUST_LOG.
-    #[arg(long, global = true, env = "RUST_LOG", default_value = "warn")]
+    #[arg(long, global = true, env = "RUST_LOG", default_value = "warn,fuser=error")]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -30,6 +30,8 @@ enum Command {
     Target(cmd::target::Args),
     /// Serve a remote store to local NBD clients through N tuned sessions (the block device front end).
     Serve(cmd::serve::Args),
+    /// Show a remote disk as the file MOUNTPOINT/disk (FUSE), with read-ahead and write-back, over N tuned sessions.
+    Mount(cmd::mount::Args),
     /// Run the long-fat-network emulator (network namespaces + NFQUEUE).
     #[command(subcommand)]
     Netem(cmd::netem::Command),
@@ -45,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::Copy(a) => cmd::copy::run(a),
         Command::Target(a) => cmd::target::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
         Command::Netem(c) => cmd::netem::run(c),
     };
     match result {

@@ -26,7 +26,9 @@ fn nbd_clients_read_and_write_through_the_pool() {
 
     let src = dir.path().join("data.img");
     let sha = random_file(&src, 256 << 20, 99).unwrap();
-    peers::nbdcopy(src.to_str().unwrap(), &front, &["--connections=4"]);
+    // --flush: the front end acknowledges writes once cached; the flush
+    // returns when the remote has them.
+    peers::nbdcopy(src.to_str().unwrap(), &front, &["--connections=4", "--flush"]);
     let through = dir.path().join("through.img");
     peers::nbdcopy(&front, through.to_str().unwrap(), &[]);
     assert_eq!(sha256_file(&through).unwrap(), sha, "read back through the front end");

@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
 pub(crate) mod copy;
+pub(crate) mod frontend;
+pub(crate) mod mount;
 pub(crate) mod netem;
 pub(crate) mod serve;
 pub(crate) mod session;

@@ -5,25 +5,28 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::control::{self, ControlState};
-use wanblk_blockdev::pool::Hedge;
 
+use crate::cmd::frontend::{CacheArgs, Opened};
 use crate::cmd::session::SessionArgs;
 use crate::cmd::target::ServeArgs;
-use crate::location::{Location, open_pool};
 
 /// Serve a remote store locally over NBD, through N tuned parallel sessions.
 ///
 /// The store (`nbd://`, `nbd+unix://` or `iscsi://`) is opened as a session
 /// pool exactly as `wanblk copy` opens it (`-C N|auto`, `--requests`,
 /// `--request-size`...). Local clients connect to the address or socket
-/// given here; their requests are split into chunks and carried over the
-/// active sessions; with `-C auto` N is tuned from the goodput of what the
-/// clients actually do. Straggling reads are duplicated on idle sessions;
-/// writes never are (two clients may write the same range). Runs until
-/// SIGINT or SIGTERM. Each local URI is printed on stdout when listening.
+/// given here. Their requests go through a cache shared by all clients:
+/// sequential reads are prefetched far ahead (read-ahead), data read is
+/// kept (`--cache-size`), and writes are acknowledged once held in memory
+/// (`--write-back-limit`) and sent in large requests; a flush (or a FUA
+/// write) returns once the remote has every earlier write, so a crash of
+/// wanblk loses only writes no flush covered, like a disk's volatile cache.
+/// Requests are split into chunks and carried over the active sessions;
+/// with `-C auto` N is tuned from the goodput of what the clients actually
+/// do. Straggling reads are duplicated on idle sessions; writes never are.
+/// Runs until SIGINT or SIGTERM, then writes back what is pending. Each
+/// local URI is printed on stdout when listening.
 ///
 /// Example: `wanblk serve iscsi://san/iqn.x:disk/1 --socket /run/disk.sock`
 /// then `nbdfuse /mnt/disk nbd+unix:///?socket=/run/disk.sock` or
@@ -35,6 +38,8 @@ pub(crate) struct Args {
     #[command(flatten)]
     session: SessionArgs,
     #[command(flatten)]
+    cache: CacheArgs,
+    #[command(flatten)]
     serve: ServeArgs,
 }
 
@@ -45,35 +50,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let loc = Location::parse(&args.uri).context("store")?;
-    let net = args.session.net_options(Hedge::Reads);
-    let pool = open_pool(&loc, &net).await?;
-    for n in pool.notes() {
-        eprintln!("wanblk: note: {n}");
-    }
-    let state = Arc::new(ControlState::default());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controller = {
-        let (p, st) = (Arc::clone(&pool), Arc::clone(&state));
-        let cfg = args.session.controller_config(true);
-        tokio::spawn(async move {
-            let counter = Arc::clone(&p);
-            control::run(vec![p], move || counter.completed_bytes(), cfg, st, stop_rx).await
-        })
-    };
-    let backend: Arc<dyn Endpoint> = pool.clone();
+    let opened = Opened::open(&args.uri, &args.session, &args.cache).await?;
+    let backend: Arc<dyn Endpoint> = opened.front.clone();
     let result = crate::cmd::target::serve(&args.serve, true, None, backend).await;
-    let _ = stop_tx.send(true);
-    let _ = controller.await;
-    if let Err(e) = pool.close().await {
-        tracing::debug!("closing {}: {e}", pool.name());
-    }
-    if let Some(last) = state.samples().last() {
-        eprintln!(
-            "wanblk: served with N = {} (last interval {:.1} Mbit/s)",
-            state.current_n(),
-            last.goodput_mbps
-        );
-    }
-    result
+    let finished = opened.finish().await;
+    result.and(finished)
 }

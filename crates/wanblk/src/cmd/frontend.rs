@@ -1,0 +1,101 @@
+//! What `wanblk serve` and `wanblk mount` share: the cache options, and
+//! opening the remote store as a tuned session pool behind the front end
+//! (read-ahead, block cache, write-back).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use wanblk_blockdev::Endpoint;
+use wanblk_blockdev::control::{self, ControlState};
+use wanblk_blockdev::pool::{Hedge, Pool};
+use wanblk_frontend::FrontEnd;
+
+use crate::cmd::session::SessionArgs;
+use crate::location::{Location, open_pool};
+use crate::units::parse_size;
+
+/// Cache, read-ahead and write-back options.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CacheArgs {
+    /// Memory for cached reads and read-ahead (K, M, G suffixes). Sequential
+    /// reads are prefetched up to min(128M, this) ahead; 0 turns the cache
+    /// and read-ahead off.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub(crate) cache_size: u64,
+    /// Most written bytes held in memory before the remote has them. Writes
+    /// are acknowledged once held here and sent in large requests; a flush
+    /// (fsync, sync) waits until the remote has every earlier write.
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    pub(crate) write_back_limit: u64,
+    /// Acknowledge each write only once the remote has it (no write-back).
+    #[arg(long)]
+    pub(crate) write_through: bool,
+}
+
+impl CacheArgs {
+    /// The front end's configuration.
+    pub(crate) fn config(&self) -> wanblk_frontend::Config {
+        let d = wanblk_frontend::Config::default();
+        wanblk_frontend::Config {
+            cache_size: self.cache_size,
+            write_back_limit: self.write_back_limit.max(1),
+            write_through: self.write_through,
+            max_window: d.max_window.min(self.cache_size.max(1)),
+            ..d
+        }
+    }
+}
+
+/// A remote store opened as a tuned pool behind the front end.
+pub(crate) struct Opened {
+    pub(crate) front: Arc<FrontEnd>,
+    pool: Arc<Pool>,
+    state: Arc<ControlState>,
+    stop: tokio::sync::watch::Sender<bool>,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+impl Opened {
+    /// Opens `uri` as `wanblk copy` opens a network store (`-C N|auto`...),
+    /// starts the tuning loop on it and puts the front end in front.
+    pub(crate) async fn open(uri: &str, session: &SessionArgs, cache: &CacheArgs) -> anyhow::Result<Opened> {
+        let loc = Location::parse(uri).context("store")?;
+        let net = session.net_options(Hedge::Reads);
+        let pool = open_pool(&loc, &net).await?;
+        for n in pool.notes() {
+            eprintln!("wanblk: note: {n}");
+        }
+        let state = Arc::new(ControlState::default());
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let controller = {
+            let (p, st) = (Arc::clone(&pool), Arc::clone(&state));
+            let cfg = session.controller_config(true);
+            tokio::spawn(async move {
+                let counter = Arc::clone(&p);
+                let _ = control::run(vec![p], move || counter.completed_bytes(), cfg, st, stop_rx).await;
+            })
+        };
+        let inner: Arc<dyn Endpoint> = pool.clone();
+        let front = Arc::new(FrontEnd::new(inner, cache.config()));
+        Ok(Opened { front, pool, state, stop, controller })
+    }
+
+    /// Writes back everything pending, stops tuning and closes the sessions.
+    ///
+    /// # Errors
+    /// Pending writes could not be written back (they are lost).
+    pub(crate) async fn finish(self) -> anyhow::Result<()> {
+        let closed = self.front.close().await;
+        let _ = self.stop.send(true);
+        let _ = self.controller.await;
+        if let Some(last) = self.state.samples().last() {
+            eprintln!(
+                "wanblk: served with N = {} (last interval {:.1} Mbit/s)",
+                self.state.current_n(),
+                last.goodput_mbps
+            );
+        }
+        drop(self.pool);
+        closed.context("writing back pending writes")
+    }
+}
