@@ -14,6 +14,7 @@
 //! writes files; it needs root for the emulator.
 
 pub mod demo;
+pub mod frontend;
 pub mod iscsi;
 pub mod loopback;
 pub mod path;

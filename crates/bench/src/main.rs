@@ -60,7 +60,7 @@ struct DemoArgs {
     out: PathBuf,
 }
 
-/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi or loopback).
+/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback or frontend).
 ///
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
@@ -79,11 +79,16 @@ struct DemoArgs {
 /// vs MC/S under `-C auto`. Needs root (and tgt for `iscsi`). `loopback` (a
 /// minute, no root, no emulator) copies 1 GiB from `nbdkit pattern` over
 /// TCP on 127.0.0.1 to null: with wanblk and with nbdcopy, interleaved,
-/// and prints the ratio.
+/// and prints the ratio. `frontend` (about 30 minutes, root, nbdfuse and
+/// fio) measures the block device front end as applications use it, at
+/// 100 ms and 20 ms RTT: ext4 on a loop device over nbdfuse straight to the
+/// remote, over nbdfuse to `wanblk serve`, and over `wanblk mount` (mkfs,
+/// write + sync, cold read-back), `dd bs=10M` from the disk file, random
+/// 4 KiB reads at queue depth 1 and 32, and memory vs --cache-size.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// `quick`, `full`, `iscsi` or `loopback`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback"])]
+    /// `quick`, `full`, `iscsi`, `loopback` or `frontend`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend"])]
     profile: String,
     /// Output directory [default: docs/results/PROFILE].
     #[arg(long)]
@@ -170,6 +175,18 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 out_dir: out("loopback"),
                 size: 1 << 30,
                 repeats: args.repeats,
+            },
+        ),
+        "frontend" => wanblk_bench::frontend::run(
+            exe,
+            &wanblk_bench::frontend::FrontendOptions {
+                out_dir: out("frontend"),
+                delays_ms: vec![50.0, 10.0],
+                file_bytes: 256 << 20,
+                dd_bytes: 1 << 30,
+                fio_secs: 15,
+                step_limit_s: 60,
+                cache_sizes: vec![64 << 20, 256 << 20, 1 << 30],
             },
         ),
         "iscsi" => wanblk_bench::iscsi::run(

@@ -315,6 +315,11 @@ impl BenchPath {
         &self.uri
     }
 
+    /// The emulator (to start more peers in its namespaces).
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
     /// The emulator, e.g. to change its profile mid-run.
     pub fn scenario_mut(&mut self) -> &mut Scenario {
         &mut self.scenario
