@@ -136,7 +136,7 @@ fn quiet(args: &[&str]) {
 fn dd_figures(stderr: &str) -> Option<(u64, f64)> {
     let line = stderr.lines().rev().find(|l| l.contains("bytes") && l.contains("copied"))?;
     let bytes = line.split_whitespace().next()?.parse().ok()?;
-    let secs = line.split(", ").nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let secs = line.split("copied, ").nth(1)?.split_whitespace().next()?.parse().ok()?;
     Some((bytes, secs))
 }
 
