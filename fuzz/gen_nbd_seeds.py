@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the NBD seed corpora (valid conversations) under corpus/<target>/.
+"""Writes the NBD seeds under seeds/<target>/: valid conversations and
+crafted malformed ones (named bad_*).
 
 The first byte of every input is the chunk size the targets split the rest
 into (see src/nbd.rs `pieces`)."""
@@ -41,7 +42,8 @@ go_ok = (
 seeds = {
     "nbd_client_handshake": {
         "go": b"\x00" + greeting + go_ok,
-        "go_unsup_fallback": b"\x07" + greeting + opt_reply(8, 0x80000001) + opt_reply(7, 0x80000001)
+        "go_unsup_fallback": b"\x06" + greeting + opt_reply(8, 0x80000001) + opt_reply(10, 0x80000001)
+        + opt_reply(7, 0x80000001)
         + struct.pack(">QH", 1 << 20, 1),
         "list": b"\x02" + greeting + opt_reply(3, 2, struct.pack(">I", 4) + b"diskdesc") + opt_reply(3, 1),
         "oldstyle": b"\x00" + struct.pack(">QQQI", NBDMAGIC, 0x420281861253, 1 << 20, 1) + bytes(124),
@@ -66,12 +68,51 @@ seeds = {
         "rw": b"\xff" + request(1, 1, 1, 0, 4, b"abcd") + request(0, 0, 2, 0, 4) + request(0, 3, 3, 0, 0),
         "misc": b"\x09" + request(2, 6, 4, 0, 512) + request(0, 4, 5, 512, 512) + request(8, 7, 6, 0, 8192)
         + request(4, 0, 7, 0, 100) + request(0, 2, 8, 0, 0),
-        "bad": b"\xff" + request(0, 0, 9, (1 << 20) - 1, 2) + request(0, 42, 10, 0, 1) + request(0x40, 0, 11, 0, 1),
+        "refused_requests": b"\xff" + request(0, 0, 9, (1 << 20) - 1, 2) + request(0, 42, 10, 0, 1) + request(0x40, 0, 11, 0, 1),
     },
 }
+# Crafted malformed inputs: bad_* break the protocol (the machine must fail
+# with a typed error); refused_* are requests or options a server answers
+# with an error reply, as the spec says, and goes on.
+one_byte_chunks = b"".join(chunk(0, 1, 2, struct.pack(">Q", 4096 + i) + b"x") for i in range(40))
+seeds["nbd_client_handshake"].update({
+    "bad_greeting_magic": b"\xff" + struct.pack(">QQH", NBDMAGIC, 0x1234, 3),
+    "bad_option_reply_too_long": b"\x00" + greeting + struct.pack(">QIII", REPLYMAGIC, 8, 1, 1 << 20),
+    "bad_reply_for_other_option": b"\x00" + greeting + opt_reply(3, 1),
+    "bad_block_sizes": b"\x00" + greeting + opt_reply(8, 1) + opt_reply(10, 1)
+    + opt_reply(7, 3, struct.pack(">HQH", 0, 1 << 20, 1)) + opt_reply(7, 3, struct.pack(">HIII", 3, 3, 4096, 65536))
+    + opt_reply(7, 1),
+    "bad_go_without_export_info": b"\x00" + greeting + opt_reply(8, 1) + opt_reply(10, 1) + opt_reply(7, 1),
+    "bad_list_entry": b"\x02" + greeting + opt_reply(3, 2, struct.pack(">I", 99) + b"x") + opt_reply(3, 1),
+})
+seeds["nbd_client_replies"].update({
+    # cookie 2 is a 4096-byte read: at most 16 + 4096/512 = 24 chunks.
+    "bad_one_byte_chunks": b"\xff" + one_byte_chunks,
+    "bad_overlapping_chunks": b"\xff" + chunk(0, 1, 1, struct.pack(">Q", 0) + bytes(40))
+    + chunk(1, 1, 1, struct.pack(">Q", 32) + bytes(32)),
+    "bad_unknown_cookie": b"\xff" + simple(99),
+    "bad_chunk_too_long": b"\xff" + struct.pack(">IHHQI", 0x668E33EF, 1, 1, 1, 1 << 30),
+    "bad_simple_reply_to_block_status": b"\xff" + simple(7),
+    "bad_reply_magic": b"\xff" + struct.pack(">IIQ", 0x12345678, 0, 1),
+    "bad_duplicate_done": b"\xff" + simple(3) + simple(3),
+})
+seeds["nbd_server_options"].update({
+    "refused_oversized_option": b"\xff" + struct.pack(">QII", IHAVEOPT, 99, 1 << 20) + bytes(64) + opt(3),
+    "bad_export_name_too_long": b"\xff" + struct.pack(">QII", IHAVEOPT, 1, 1 << 20),
+    "bad_option_magic": b"\xff" + struct.pack(">QII", 0x1122334455667788, 3, 0),
+    "refused_meta_context_truncated": b"\xff" + opt(8) + opt(10, struct.pack(">I", 400) + b"disk"),
+    "refused_info_request_counts": b"\xff" + opt(6, struct.pack(">I", 4) + b"disk" + struct.pack(">H", 300)),
+})
+seeds["nbd_server_requests"].update({
+    "bad_write_above_max_payload": b"\xff" + request(0, 1, 1, 0, 1 << 30),
+    "bad_request_magic": b"\xff" + struct.pack(">IHHQQI", 0xDEADBEEF, 0, 0, 1, 0, 512),
+    "refused_zero_length_and_beyond_end": b"\xff" + request(0, 0, 2, 0, 0) + request(0, 0, 3, 1 << 40, 512),
+    "refused_flags_and_commands": b"\xff" + request(0xFFFF, 0, 4, 0, 512) + request(0, 0xFFFF, 5, 0, 512),
+    "ignored_after_disc": b"\xff" + request(0, 2, 6, 0, 0) + request(0, 0, 7, 0, 512),
+})
 here = os.path.dirname(os.path.abspath(__file__))
 for target, files in seeds.items():
-    d = os.path.join(here, "corpus", target)
+    d = os.path.join(here, "seeds", target)
     os.makedirs(d, exist_ok=True)
     for name, data in files.items():
         with open(os.path.join(d, name), "wb") as f:

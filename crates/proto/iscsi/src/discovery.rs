@@ -38,11 +38,19 @@ pub enum DiscoveryStep {
 enum Phase {
     /// Text exchange in progress (section 11.10).
     Text,
-    /// Logout sent (section 11.14).
-    LoggingOut,
+    /// Logout sent (section 11.14), with this task tag.
+    LoggingOut {
+        /// The Logout Request's initiator task tag.
+        itt: u32,
+    },
     /// Finished.
     Done,
 }
+
+/// Text Responses in a row without data that a target may send before the
+/// exchange is a protocol error (each one costs a round trip and makes no
+/// progress; the answer itself is bounded by [`text::MAX_TEXT_LEN`]).
+pub const MAX_EMPTY_CONTINUATIONS: u32 = 16;
 
 /// The SendTargets exchange of a discovery session.
 #[derive(Debug)]
@@ -52,6 +60,8 @@ pub struct Discovery {
     cmd_sn: u32,
     exp_stat_sn: u32,
     partial: Vec<u8>,
+    /// Partial Text Responses in a row that carried no data.
+    empty_streak: u32,
     phase: Phase,
 }
 
@@ -68,6 +78,7 @@ impl Discovery {
             cmd_sn,
             exp_stat_sn: login.exp_stat_sn,
             partial: Vec::new(),
+            empty_streak: 0,
             phase: Phase::Text,
         };
         let first = d.text_request(RESERVED_TAG, &text::encode(&[("SendTargets", "All")]));
@@ -121,6 +132,12 @@ impl Discovery {
                 }
                 self.partial.extend_from_slice(&pdu.data);
                 if h.cont || !h.final_ {
+                    self.empty_streak = if pdu.data.is_empty() { self.empty_streak + 1 } else { 0 };
+                    if self.empty_streak > MAX_EMPTY_CONTINUATIONS {
+                        return Err(LoginError::Protocol(format!(
+                            "more than {MAX_EMPTY_CONTINUATIONS} partial Text Responses in a row without data"
+                        )));
+                    }
                     if h.ttt == RESERVED_TAG {
                         return Err(LoginError::Protocol(
                             "partial Text Response without a target transfer tag".into(),
@@ -144,18 +161,25 @@ impl Discovery {
                         _ => {}
                     }
                 }
-                self.phase = Phase::LoggingOut;
+                let itt = self.itt.wrapping_add(1);
+                self.phase = Phase::LoggingOut { itt };
                 let h = Header::LogoutRequest(LogoutRequest {
                     immediate: true,
                     reason: logout_reason::CLOSE_SESSION,
-                    itt: self.itt.wrapping_add(1),
+                    itt,
                     cid: 0,
                     cmd_sn: self.cmd_sn,
                     exp_stat_sn: self.exp_stat_sn,
                 });
                 Ok(DiscoveryStep::Targets(targets, self.codec.encode(&h, Bytes::new())))
             }
-            (Phase::LoggingOut, Header::LogoutResponse(_)) => {
+            (Phase::LoggingOut { itt }, Header::LogoutResponse(h)) => {
+                if h.itt != itt {
+                    return Err(LoginError::Protocol(format!(
+                        "Logout Response for unknown task {:#x} (the logout is {itt:#x})",
+                        h.itt
+                    )));
+                }
                 self.phase = Phase::Done;
                 Ok(DiscoveryStep::LoggedOut)
             }
@@ -210,5 +234,53 @@ mod tests {
         assert_eq!(ts.len(), 2);
         assert_eq!(ts[1].name, "iqn.b");
         assert_eq!(ts[1].addresses, vec!["[::1]:3260,1".to_string()]);
+    }
+
+    #[test]
+    fn empty_continuations_and_a_foreign_logout_are_refused() {
+        let login =
+            LoginOutcome { params: Params::default(), tsih: 1, exp_stat_sn: 2, exp_cmd_sn: 1, max_cmd_sn: 2 };
+        let (mut d, _) = Discovery::new(&login, 1, 9);
+        for _ in 0..MAX_EMPTY_CONTINUATIONS {
+            assert!(matches!(d.handle_pdu(rsp(false, true, 77, b"")), Ok(DiscoveryStep::Send(_))));
+        }
+        // Data resets the count.
+        assert!(matches!(
+            d.handle_pdu(rsp(false, true, 77, b"TargetName=iqn.a")),
+            Ok(DiscoveryStep::Send(_))
+        ));
+        for _ in 0..MAX_EMPTY_CONTINUATIONS {
+            assert!(matches!(d.handle_pdu(rsp(false, true, 77, b"")), Ok(DiscoveryStep::Send(_))));
+        }
+        let e = d.handle_pdu(rsp(false, true, 77, b"")).unwrap_err();
+        assert!(e.to_string().contains("without data"), "{e}");
+
+        let (mut d, _) = Discovery::new(&login, 1, 9);
+        let DiscoveryStep::Targets(ts, logout) =
+            d.handle_pdu(rsp(true, false, RESERVED_TAG, b"TargetName=iqn.a\0")).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(ts.len(), 1);
+        let mut buf = BytesMut::from(&logout.to_vec()[..]);
+        let itt = Codec::default().decode(&mut buf).unwrap().unwrap().header.itt();
+        let answer = |itt| Pdu {
+            header: Header::LogoutResponse(crate::pdu::LogoutResponse {
+                response: 0,
+                itt,
+                stat_sn: 3,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 3,
+                time2wait: 0,
+                time2retain: 0,
+            }),
+            ahs: Bytes::new(),
+            data: Bytes::new(),
+        };
+        let e = d.handle_pdu(answer(itt ^ 1)).unwrap_err();
+        assert!(e.to_string().contains("Logout Response for unknown task"), "{e}");
+        let (mut d, _) = Discovery::new(&login, 1, 9);
+        d.handle_pdu(rsp(true, false, RESERVED_TAG, b"TargetName=iqn.a\0")).unwrap();
+        assert_eq!(d.handle_pdu(answer(itt)), Ok(DiscoveryStep::LoggedOut));
     }
 }

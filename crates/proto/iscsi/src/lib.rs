@@ -32,6 +32,9 @@ pub mod conn;
 pub mod digest;
 pub mod discovery;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keys;
 pub mod login;
 pub mod md5;

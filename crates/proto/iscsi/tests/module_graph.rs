@@ -1,7 +1,7 @@
 //! The files of this crate import each other without a cycle (a circle
 //! between error.rs and pdu.rs was broken by moving `Opcode` to opcode.rs).
 
-#[path = "support/module_graph.rs"]
+#[path = "../../shared-tests/module_graph.rs"]
 mod graph;
 
 #[test]

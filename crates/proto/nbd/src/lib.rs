@@ -45,6 +45,9 @@ pub mod client;
 pub mod codec;
 pub mod consts;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod output;
 pub mod server;
 pub mod wire;

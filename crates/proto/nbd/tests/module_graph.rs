@@ -1,7 +1,7 @@
 //! The files of this crate import each other without a cycle: the client's
 //! parts (handshake, transmission) never import the client module itself.
 
-#[path = "../../iscsi/tests/support/module_graph.rs"]
+#[path = "../../shared-tests/module_graph.rs"]
 mod graph;
 
 #[test]
