@@ -21,11 +21,13 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+pub mod data;
 pub mod nbd_hostile;
 pub mod peers;
 pub mod tgt;
 pub mod wait;
 
+pub use data::{block_data, check_blocks, fill_blocks};
 pub use wait::{
     RUN_TIMEOUT, Running, join_within, output_within, run_with_timeout, try_join_within, wait_child,
 };
@@ -163,21 +165,21 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("wanblk-test-").tempdir().expect("create temp dir")
 }
 
-/// Writes `size` bytes of pseudo-random data (deterministic for `seed`) to
-/// `path` and returns their sha256 in hex.
+/// Writes `size` bytes of pseudo-random data (the image of [`data`] for
+/// `seed`: every 512-byte block carries its offset and the seed, so data
+/// copied to the wrong place changes the sha256) to `path` and returns
+/// their sha256 in hex.
 pub fn random_file(path: &Path, size: u64, seed: u64) -> io::Result<String> {
-    use rand::{RngExt, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut f = io::BufWriter::with_capacity(1 << 20, File::create(path)?);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        rng.fill(&mut buf[..n]);
+    let mut pos = 0;
+    while pos < size {
+        let n = (size - pos).min(buf.len() as u64) as usize;
+        fill_blocks(&mut buf[..n], pos, seed);
         h.update(&buf[..n]);
         f.write_all(&buf[..n])?;
-        left -= n as u64;
+        pos += n as u64;
     }
     f.flush()?;
     Ok(hex::encode(h.finalize()))

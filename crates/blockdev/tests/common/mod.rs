@@ -130,6 +130,21 @@ impl Endpoint for TestSession {
     }
 }
 
-pub fn pattern(len: usize, seed: u8) -> Bytes {
-    Bytes::from((0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>())
+/// The bytes a test writes at `offset`: every 512-byte block carries its
+/// own offset and `seed` (see `wanblk_testkit::data`), so a chunk that
+/// lands one block off, at another chunk's place, or a chunk of another
+/// write, reads back different.
+pub fn data(offset: u64, len: usize, seed: u64) -> Bytes {
+    wanblk_testkit::block_data(offset, len, seed)
+}
+
+/// Checks that `got` is what [`data`] wrote at `offset` with `seed`.
+///
+/// # Panics
+/// With the first block that differs and what it holds instead (e.g. the
+/// block of another offset: misplaced data).
+pub fn assert_data(got: &[u8], offset: u64, seed: u64) {
+    if let Err(e) = wanblk_testkit::check_blocks(got, offset, seed) {
+        panic!("data read back at {offset}..{} is wrong: {e}", offset + got.len() as u64);
+    }
 }
