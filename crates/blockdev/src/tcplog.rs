@@ -13,7 +13,7 @@ use crate::pool::Pool;
 /// The CSV header written first.
 pub const HEADER: &str = "t_s,pool,session,active,state,ca_state,cwnd,ssthresh,rtt_us,rttvar_us,min_rtt_us,\
 total_retrans,lost,unacked,notsent_bytes,bytes_acked,bytes_received,bytes_retrans,delivery_rate_Bps,\
-pacing_rate_Bps,snd_wnd,rcv_space,rwnd_limited_us,sndbuf_limited_us";
+pacing_rate_Bps,snd_wnd,rcv_space,rwnd_limited_us,sndbuf_limited_us,congestion";
 
 /// Samples every session of `pools` every `period` into `path` until `stop`
 /// turns true. Pools are numbered in the order given.
@@ -37,7 +37,7 @@ pub async fn run(
                 for i in session.tcp {
                     writeln!(
                         out,
-                        "{t:.3},{p},{s},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                        "{t:.3},{p},{s},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         u8::from(active),
                         i.state,
                         i.ca_state,
@@ -58,7 +58,8 @@ pub async fn run(
                         i.snd_wnd,
                         i.rcv_space,
                         i.rwnd_limited_us,
-                        i.sndbuf_limited_us
+                        i.sndbuf_limited_us,
+                        i.congestion
                     )?;
                 }
             }

@@ -1,8 +1,138 @@
 //! TCP socket introspection and tuning: `TCP_INFO`, `TCP_CONGESTION`,
-//! `SO_MAX_PACING_RATE`.
+//! `SO_MAX_PACING_RATE`, and [`TcpOptions`], the options every connection
+//! wanblk opens or accepts gets from [`apply`].
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+/// Options for every TCP connection wanblk opens or accepts (NBD and iSCSI
+/// alike), set by [`apply`] right after connect or accept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Congestion control algorithm (`TCP_CONGESTION`, e.g. "cubic", "bbr");
+    /// the system default when `None`.
+    pub congestion: Option<String>,
+    /// `SO_SNDBUF` in bytes; kernel autotuning when `None` (setting it
+    /// turns autotuning off for this socket).
+    pub send_buffer: Option<usize>,
+    /// `SO_RCVBUF` in bytes; kernel autotuning when `None`.
+    pub recv_buffer: Option<usize>,
+    /// Send keepalive probes after this much idle time (then every
+    /// `keepalive / 3`, up to 3 unanswered probes); no keepalive when `None`.
+    pub keepalive: Option<Duration>,
+}
+
+/// Sets `opts` on a connected TCP socket, and turns Nagle's algorithm off
+/// (`TCP_NODELAY`: requests are whole messages, never worth delaying).
+///
+/// # Errors
+/// The first `setsockopt` that fails, naming the option (an unknown or
+/// forbidden congestion control is `ENOENT` or `EPERM`).
+pub fn apply(fd: BorrowedFd<'_>, opts: &TcpOptions) -> io::Result<()> {
+    let named = |what: String| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).map_err(named("TCP_NODELAY".into()))?;
+    if let Some(cc) = &opts.congestion {
+        set_congestion(fd, cc).map_err(named(format!("congestion control `{cc}`")))?;
+    }
+    let int = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
+    if let Some(n) = opts.send_buffer {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, int(n)).map_err(named("send buffer".into()))?;
+    }
+    if let Some(n) = opts.recv_buffer {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, int(n)).map_err(named("receive buffer".into()))?;
+    }
+    if let Some(idle) = opts.keepalive {
+        let secs = |d: Duration| libc::c_int::try_from(d.as_secs().max(1)).unwrap_or(libc::c_int::MAX);
+        set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1).map_err(named("keepalive".into()))?;
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(idle)).map_err(named("keepalive".into()))?;
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(idle / 3))
+            .map_err(named("keepalive".into()))?;
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3).map_err(named("keepalive".into()))?;
+    }
+    Ok(())
+}
+
+fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: valid fd for the borrow; we pass a pointer to a live c_int and
+    // its size, as setsockopt requires for integer options.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The name of a congestion control algorithm as the kernel reports it
+/// (`TCP_CA_NAME_MAX` = 16 bytes), copyable so it fits in [`TcpInfo`].
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Congestion([u8; 16]);
+
+impl Congestion {
+    /// From the kernel's bytes (NUL-terminated or not; longer names are cut).
+    pub fn from_bytes(b: &[u8]) -> Congestion {
+        let mut out = [0u8; 16];
+        let n = b.iter().position(|c| *c == 0).unwrap_or(b.len()).min(16);
+        out[..n].copy_from_slice(&b[..n]);
+        Congestion(out)
+    }
+
+    /// The name ("" when unknown, or not valid UTF-8).
+    pub fn as_str(&self) -> &str {
+        let n = self.0.iter().position(|c| *c == 0).unwrap_or(16);
+        std::str::from_utf8(&self.0[..n]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Congestion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Reads the socket's congestion control algorithm (`TCP_CONGESTION`).
+///
+/// # Errors
+/// The `getsockopt` error (e.g. `EOPNOTSUPP` for a non-TCP socket).
+pub fn congestion(fd: BorrowedFd<'_>) -> io::Result<Congestion> {
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: valid fd for the borrow; `buf` is writable for `len` bytes and
+    // `len` points to its size; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Congestion::from_bytes(&buf[..(len as usize).min(buf.len())]))
+}
 
 /// The fields of Linux `struct tcp_info` that wanblk uses, in plain units.
 ///
@@ -59,6 +189,9 @@ pub struct TcpInfo {
     pub bytes_retrans: u64,
     /// The peer's advertised receive window, bytes.
     pub snd_wnd: u32,
+    /// The congestion control algorithm in use (`TCP_CONGESTION`, read by
+    /// [`tcp_info`]; not part of the kernel's `tcp_info`).
+    pub congestion: Congestion,
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -103,11 +236,12 @@ impl TcpInfo {
             bytes_sent: u64_at(b, 200),
             bytes_retrans: u64_at(b, 208),
             snd_wnd: u32_at(b, 228),
+            congestion: Congestion::default(),
         }
     }
 }
 
-/// Reads `TCP_INFO` from a TCP socket.
+/// Reads `TCP_INFO` from a TCP socket, and its congestion control.
 ///
 /// # Errors
 /// The `getsockopt` error, e.g. `ENOTSOCK` or `EOPNOTSUPP` for a non-TCP socket.
@@ -123,7 +257,9 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(TcpInfo::from_bytes(&buf[..(len as usize).min(buf.len())]))
+    let mut info = TcpInfo::from_bytes(&buf[..(len as usize).min(buf.len())]);
+    info.congestion = congestion(fd).unwrap_or_default();
+    Ok(info)
 }
 
 /// Sets the socket's congestion control algorithm (`TCP_CONGESTION`), e.g. "cubic" or "bbr".
@@ -174,6 +310,20 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: valid fd for the borrow; `value` is a writable c_int and `len`
+        // points to its size; the kernel writes at most `len` bytes.
+        let rc = unsafe {
+            libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(value)
+    }
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;
 
@@ -186,6 +336,38 @@ mod tests {
         assert_eq!(info.state, 1, "ESTABLISHED");
         assert!(info.snd_cwnd > 0);
         assert!(info.snd_mss > 0);
+    }
+
+    #[test]
+    fn options_apply_and_read_back() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let opts = TcpOptions {
+            congestion: Some("reno".into()),
+            send_buffer: Some(1 << 20),
+            recv_buffer: Some(1 << 20),
+            keepalive: Some(Duration::from_secs(30)),
+        };
+        apply(c.as_fd(), &opts).unwrap();
+        assert_eq!(tcp_info(c.as_fd()).unwrap().congestion.as_str(), "reno");
+        assert_eq!(get_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap(), 1);
+        assert_eq!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE).unwrap(), 1);
+        assert_eq!(get_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPIDLE).unwrap(), 30);
+        assert_eq!(get_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPINTVL).unwrap(), 10);
+        // The kernel doubles SO_SNDBUF for bookkeeping.
+        assert!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap() >= 1 << 20);
+        let bad = TcpOptions { congestion: Some("no-such-cc".into()), ..TcpOptions::default() };
+        let e = apply(c.as_fd(), &bad).unwrap_err().to_string();
+        assert!(e.contains("congestion control `no-such-cc`"), "{e}");
+    }
+
+    #[test]
+    fn congestion_names() {
+        assert_eq!(Congestion::from_bytes(b"bbr\0\0\0").as_str(), "bbr");
+        assert_eq!(Congestion::from_bytes(b"cubic").to_string(), "cubic");
+        assert_eq!(Congestion::from_bytes(&[b'x'; 40]).as_str().len(), 16);
+        assert_eq!(Congestion::from_bytes(&[0xff, 0xfe]).as_str(), "");
+        assert_eq!(serde_json::to_string(&Congestion::from_bytes(b"reno")).unwrap(), "\"reno\"");
     }
 
     #[test]

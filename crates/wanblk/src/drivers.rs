@@ -12,7 +12,7 @@ pub(crate) fn nbd_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Arc<
     let nbd = wanblk_nbd::NbdOptions {
         structured_replies: opts.structured_replies,
         block_status: opts.structured_replies,
-        congestion: opts.congestion.clone(),
+        tcp: opts.tcp.clone(),
         ..wanblk_nbd::NbdOptions::default()
     };
     let c = wanblk_nbd::NbdConnector::new(uri, nbd).map_err(|e| anyhow::anyhow!("{uri}: {e}"))?;
@@ -24,7 +24,8 @@ pub(crate) fn iscsi_connector(uri: &str, opts: &NetOptions) -> anyhow::Result<Ar
     let iscsi = wanblk_iscsi::IscsiOptions {
         mode: if opts.iscsi_mcs { wanblk_iscsi::Mode::Mcs } else { wanblk_iscsi::Mode::Sessions },
         params: opts.iscsi_params.clone(),
-        command_bytes: opts.pool.max_request_bytes,
+        max_request_bytes: opts.pool.max_request_bytes,
+        tcp: opts.tcp.clone(),
         ..wanblk_iscsi::IscsiOptions::default()
     };
     Ok(Arc::new(wanblk_iscsi::IscsiConnector::new(uri, iscsi)?))

@@ -81,8 +81,8 @@ impl Location {
 pub(crate) struct NetOptions {
     /// Session pool shape.
     pub(crate) pool: PoolConfig,
-    /// TCP congestion control for our sockets (e.g. "cubic", "bbr").
-    pub(crate) congestion: Option<String>,
+    /// Options of every TCP connection, NBD and iSCSI alike.
+    pub(crate) tcp: wanblk_sys::tcp::TcpOptions,
     /// Ask NBD servers for structured replies.
     pub(crate) structured_replies: bool,
     /// iSCSI: several sessions, or several connections in one session (MC/S).

@@ -26,7 +26,7 @@ pub(crate) struct LunInfo {
     pub(crate) block_len: u32,
     pub(crate) blocks: u64,
     /// Largest READ/WRITE command, bytes (multiple of block_len).
-    pub(crate) command_bytes: u32,
+    pub(crate) max_request_bytes: u32,
     pub(crate) can_unmap: bool,
     pub(crate) unmap_reads_zero: bool,
     pub(crate) max_unmap_blocks: u64,
@@ -75,7 +75,12 @@ async fn exec(link: &Link, cmd: Command, retries: usize) -> std::result::Result<
 /// Learns the LUN: TEST UNIT READY (clearing UNIT ATTENTIONs), INQUIRY,
 /// READ CAPACITY(16), and the Block Limits and Logical Block Provisioning
 /// VPD pages where supported.
-pub(crate) async fn probe(name: &str, link: &Link, params: &Params, command_bytes: u32) -> Result<LunInfo> {
+pub(crate) async fn probe(
+    name: &str,
+    link: &Link,
+    params: &Params,
+    max_request_bytes: u32,
+) -> Result<LunInfo> {
     let err = |e| command_error(name, None, e);
     exec(link, Command { cdb: scsi::test_unit_ready(), dir: DataDir::None }, PROBE_UA_RETRIES)
         .await
@@ -117,17 +122,25 @@ pub(crate) async fn probe(name: &str, link: &Link, params: &Params, command_byte
         Default::default()
     };
     let bl = cap.block_len;
-    let mut cmd = command_bytes.max(bl) / bl * bl;
+    let mut cmd = max_request_bytes.max(bl) / bl * bl;
     if limits.max_transfer > 0 {
         cmd = cmd.min(limits.max_transfer.saturating_mul(bl));
     }
     cmd = cmd.clamp(bl, MAX_REQUEST);
     let can_unmap = prov.unmap && limits.max_unmap_lba_count > 0 && limits.max_unmap_descriptors > 0;
-    tracing::debug!(target = name, ?cap, ?limits, ?prov, command_bytes = cmd, ?params, "iSCSI LUN probed");
+    tracing::debug!(
+        target = name,
+        ?cap,
+        ?limits,
+        ?prov,
+        max_request_bytes = cmd,
+        ?params,
+        "iSCSI LUN probed"
+    );
     Ok(LunInfo {
         block_len: bl,
         blocks: cap.blocks,
-        command_bytes: cmd,
+        max_request_bytes: cmd,
         can_unmap,
         unmap_reads_zero: prov.reads_zero || cap.reads_zero,
         max_unmap_blocks: u64::from(limits.max_unmap_lba_count).min(MAX_ZERO_BLOCKS),
@@ -179,8 +192,8 @@ impl IscsiEndpoint {
     }
 
     /// Size of one READ/WRITE command, bytes.
-    pub fn command_bytes(&self) -> u32 {
-        self.lun.command_bytes
+    pub fn max_request_bytes(&self) -> u32 {
+        self.lun.max_request_bytes
     }
 
     /// The connection id within the session.
@@ -255,7 +268,7 @@ impl IscsiEndpoint {
         .map(|_| ())
     }
 
-    fn pieces(&self, offset: u64, len: u64, step: u64) -> Vec<(u64, u64)> {
+    fn commands(&self, offset: u64, len: u64, step: u64) -> Vec<(u64, u64)> {
         let mut v = Vec::new();
         let mut o = offset;
         while o < offset + len {
@@ -270,7 +283,7 @@ impl IscsiEndpoint {
         let bl = u64::from(self.lun.block_len);
         let step = self.lun.max_write_same_blocks * bl;
         let zero = Bytes::from(vec![0u8; bl as usize]);
-        let futs = self.pieces(offset, len, step).into_iter().map(|(o, n)| {
+        let futs = self.commands(offset, len, step).into_iter().map(|(o, n)| {
             let cmd = Command {
                 cdb: scsi::write_same16(o / bl, (n / bl) as u32, unmap),
                 dir: DataDir::Write(zero.clone()),
@@ -284,9 +297,9 @@ impl IscsiEndpoint {
     }
 
     async fn zero_by_writes(&self, offset: u64, len: u64) -> Result<()> {
-        let step = u64::from(self.lun.command_bytes);
+        let step = u64::from(self.lun.max_request_bytes);
         let zero = Bytes::from(vec![0u8; step as usize]);
-        let pieces = self.pieces(offset, len, step);
+        let pieces = self.commands(offset, len, step);
         for group in pieces.chunks(16) {
             let futs = group.iter().map(|&(o, n)| self.write_one(o, zero.slice(..n as usize), false));
             for r in futures::future::join_all(futs).await {
@@ -299,7 +312,7 @@ impl IscsiEndpoint {
     async fn unmap(&self, offset: u64, len: u64) -> Result<()> {
         let bl = u64::from(self.lun.block_len);
         let ranges: Vec<(u64, u32)> = self
-            .pieces(offset, len, self.lun.max_unmap_blocks * bl)
+            .commands(offset, len, self.lun.max_unmap_blocks * bl)
             .into_iter()
             .map(|(o, n)| (o / bl, (n / bl) as u32))
             .collect();
@@ -345,11 +358,11 @@ impl Endpoint for IscsiEndpoint {
                 format!("read of {len} bytes over {MAX_REQUEST}"),
             ));
         }
-        if len <= self.lun.command_bytes {
+        if len <= self.lun.max_request_bytes {
             return self.read_one(offset, len).await;
         }
         let futs = self
-            .pieces(offset, u64::from(len), u64::from(self.lun.command_bytes))
+            .commands(offset, u64::from(len), u64::from(self.lun.max_request_bytes))
             .into_iter()
             .map(|(o, n)| self.read_one(o, n as u32));
         let parts = futures::future::join_all(futs).await;
@@ -369,7 +382,7 @@ impl Endpoint for IscsiEndpoint {
                 format!("write of {} bytes over {MAX_REQUEST}", data.len()),
             ));
         }
-        let step = self.lun.command_bytes as usize;
+        let step = self.lun.max_request_bytes as usize;
         if data.len() <= step {
             return self.write_one(offset, data, fua).await;
         }

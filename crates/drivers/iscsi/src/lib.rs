@@ -76,7 +76,7 @@ impl std::str::FromStr for Mode {
 pub const DEFAULT_INITIATOR_NAME: &str = "iqn.2024-01.invalid.wanblk:initiator";
 /// Default size of one READ/WRITE command (seed 001: 4 MB commands recover
 /// what 127.5 KB commands lose on long paths).
-pub const DEFAULT_COMMAND_BYTES: u32 = 4 << 20;
+pub const DEFAULT_MAX_REQUEST_BYTES: u32 = 4 << 20;
 
 /// Options of an [`IscsiConnector`].
 #[derive(Debug, Clone)]
@@ -90,7 +90,9 @@ pub struct IscsiOptions {
     pub initiator_name: String,
     /// Largest READ/WRITE command, bytes (lowered to the target's Block
     /// Limits maximum transfer length).
-    pub command_bytes: u32,
+    pub max_request_bytes: u32,
+    /// Options of every TCP connection (congestion control, buffers, keepalive).
+    pub tcp: wanblk_sys::tcp::TcpOptions,
     /// Timeout of TCP connect plus login.
     pub login_timeout: Duration,
     /// A NOP-Out ping is sent after this much silence from the target...
@@ -105,7 +107,8 @@ impl Default for IscsiOptions {
             mode: Mode::Sessions,
             params: Vec::new(),
             initiator_name: DEFAULT_INITIATOR_NAME.to_string(),
-            command_bytes: DEFAULT_COMMAND_BYTES,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            tcp: wanblk_sys::tcp::TcpOptions::default(),
             login_timeout: Duration::from_secs(15),
             ping_after: Duration::from_secs(10),
             dead_after: Duration::from_secs(60),
@@ -162,7 +165,7 @@ impl IscsiConnector {
         let mut offer = keys::long_fat_network_offer(max_conn);
         keys::apply_overrides(&mut offer, &opts.params)
             .map_err(|e| EndpointError::config(&name, None, format!("--iscsi-param: {e}")))?;
-        if opts.command_bytes < 4096 {
+        if opts.max_request_bytes < 4096 {
             return Err(EndpointError::config(&name, None, "command size under 4096 bytes"));
         }
         let mut h = RandomState::new().build_hasher();
@@ -251,7 +254,9 @@ impl IscsiConnector {
         window: Option<Arc<Window>>,
         session: Option<Params>,
     ) -> Result<(Arc<Link>, Params, u16, Arc<Window>)> {
-        let mut stream = login::connect_tcp(&self.name, &self.uri.address(), self.opts.login_timeout).await?;
+        let mut stream =
+            login::connect_tcp(&self.name, &self.uri.address(), &self.opts.tcp, self.opts.login_timeout)
+                .await?;
         let cmd_sn = window.as_ref().map_or(1, |w| w.lock().current());
         let cfg = self.login_config(isid, tsih, cid, cmd_sn, session);
         let (out, leftover) = login::login(&self.name, &mut stream, cfg, self.opts.login_timeout).await?;
@@ -274,7 +279,7 @@ impl IscsiConnector {
 
     async fn connect_session(&self) -> Result<Arc<IscsiEndpoint>> {
         let (link, params, _tsih, _window) = self.open(self.new_isid(), 0, 0, None, None).await?;
-        let lun = match endpoint::probe(&self.name, &link, &params, self.opts.command_bytes).await {
+        let lun = match endpoint::probe(&self.name, &link, &params, self.opts.max_request_bytes).await {
             Ok(l) => Arc::new(l),
             Err(e) => {
                 let _ = link.logout(true, 0, Duration::from_secs(2)).await;
@@ -326,7 +331,7 @@ impl IscsiConnector {
         let isid = self.new_isid();
         let (link, params, tsih, window) = self.open(isid, 0, 0, None, None).await?;
         self.max_connections.store(params.max_connections as usize, Ordering::SeqCst);
-        let lun = match endpoint::probe(&self.name, &link, &params, self.opts.command_bytes).await {
+        let lun = match endpoint::probe(&self.name, &link, &params, self.opts.max_request_bytes).await {
             Ok(l) => Arc::new(l),
             Err(e) => {
                 let _ = link.logout(true, 0, Duration::from_secs(2)).await;
@@ -362,7 +367,9 @@ impl IscsiConnector {
     /// # Errors
     /// Connection, login or protocol failures.
     pub async fn discover(&self) -> Result<Vec<DiscoveredTarget>> {
-        let mut stream = login::connect_tcp(&self.name, &self.uri.address(), self.opts.login_timeout).await?;
+        let mut stream =
+            login::connect_tcp(&self.name, &self.uri.address(), &self.opts.tcp, self.opts.login_timeout)
+                .await?;
         let mut cfg = self.login_config(self.new_isid(), 0, 0, 1, None);
         cfg.target_name = None;
         cfg.offer.retain(|(k, _)| {

@@ -28,17 +28,19 @@ async fn write_pdu(stream: &mut TcpStream, pdu: &OutPdu) -> std::io::Result<()> 
     stream.write_all(&pdu.to_vec()).await
 }
 
-/// Opens a TCP connection to `addr` with Nagle off.
+/// Opens a TCP connection to `addr` with the TCP options applied (Nagle off).
 pub(crate) async fn connect_tcp(
     name: &str,
     addr: &str,
+    tcp: &wanblk_sys::tcp::TcpOptions,
     timeout: Duration,
 ) -> Result<TcpStream, EndpointError> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| EndpointError::io(name, None, format!("connect to {addr} timed out after {timeout:?}")))?
         .map_err(|e| EndpointError::io(name, None, format!("connect to {addr}: {e}")))?;
-    stream.set_nodelay(true).map_err(|e| EndpointError::io(name, None, e))?;
+    wanblk_sys::tcp::apply(std::os::fd::AsFd::as_fd(&stream), tcp)
+        .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
     Ok(stream)
 }
 

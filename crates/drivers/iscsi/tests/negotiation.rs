@@ -34,7 +34,7 @@ async fn tgt_defaults_then_raised_then_overridden() {
     assert!(!p.initial_r2t && p.immediate_data, "{p:?}");
     assert_eq!((p.first_burst, p.max_burst, p.max_outstanding_r2t), (16_777_215, 16_777_215, 16));
     assert_eq!(p.max_send_data_segment, 16_777_215);
-    assert_eq!(ep.command_bytes(), 4 << 20);
+    assert_eq!(ep.max_request_bytes(), 4 << 20);
     let d = pattern(8 << 20, 4);
     within(30, ep.write(4 << 20, d.clone(), true)).await.unwrap();
     assert!(within(30, ep.read(4 << 20, 8 << 20)).await.unwrap() == d);
@@ -46,13 +46,14 @@ async fn tgt_defaults_then_raised_then_overridden() {
         ("InitialR2T".to_string(), "Yes".to_string()),
         ("MaxRecvDataSegmentLength".to_string(), "65536".to_string()),
     ];
-    let c = IscsiConnector::new(&uri, IscsiOptions { params, command_bytes: 1 << 20, ..Default::default() })
-        .unwrap();
+    let c =
+        IscsiConnector::new(&uri, IscsiOptions { params, max_request_bytes: 1 << 20, ..Default::default() })
+            .unwrap();
     let ep = within(30, c.connect_endpoint()).await.unwrap();
     let p = ep.params();
     assert!(p.initial_r2t);
     assert_eq!((p.first_burst, p.max_burst, p.max_recv_data_segment), (8192, 65536, 65536));
-    assert_eq!(ep.command_bytes(), 1 << 20);
+    assert_eq!(ep.max_request_bytes(), 1 << 20);
     let d = pattern(3 << 20, 5);
     within(30, ep.write(0, d.clone(), false)).await.unwrap();
     assert!(within(30, ep.read(0, 3 << 20)).await.unwrap() == d);

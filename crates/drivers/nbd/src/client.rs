@@ -31,7 +31,7 @@ use wanblk_nbd_proto::{
     Client, ClientConfig, ClientError, Command, Event, Goal, Negotiated, Reply, ReplyData, Request,
 };
 
-use crate::io::{tune_tcp, write_all_segments};
+use crate::io::write_all_segments;
 use crate::uri::{NbdUri, Transport, UriError};
 
 /// Options of NBD client sessions.
@@ -43,12 +43,8 @@ pub struct NbdOptions {
     pub structured_replies: bool,
     /// Ask for the `base:allocation` context (block status).
     pub block_status: bool,
-    /// SO_SNDBUF in bytes (kernel autotuning when `None`).
-    pub send_buffer: Option<usize>,
-    /// SO_RCVBUF in bytes (kernel autotuning when `None`).
-    pub recv_buffer: Option<usize>,
-    /// TCP congestion control algorithm (e.g. "bbr", "cubic").
-    pub congestion: Option<String>,
+    /// Options of every TCP connection (congestion control, buffers, keepalive).
+    pub tcp: wanblk_sys::tcp::TcpOptions,
     /// Limit for connecting and the handshake.
     pub connect_timeout: Duration,
     /// The largest read/write this client sends, whatever the server allows.
@@ -64,9 +60,7 @@ impl Default for NbdOptions {
             export_name: None,
             structured_replies: true,
             block_status: true,
-            send_buffer: None,
-            recv_buffer: None,
-            congestion: None,
+            tcp: wanblk_sys::tcp::TcpOptions::default(),
             connect_timeout: Duration::from_secs(30),
             max_payload: DEFAULT_MAX_PAYLOAD,
             pipeline_options: true,
@@ -194,7 +188,7 @@ impl NbdConnector {
         let s = tokio::net::TcpStream::connect((host, port))
             .await
             .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-        tune_tcp(&s, self.opts.send_buffer, self.opts.recv_buffer, self.opts.congestion.as_deref())
+        wanblk_sys::tcp::apply(s.as_fd(), &self.opts.tcp)
             .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
         Ok(s)
     }

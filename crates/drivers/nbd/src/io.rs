@@ -1,5 +1,5 @@
 //! Socket helpers shared by the client and the server: writing queued
-//! segments with vectored writes.
+//! segments with vectored writes. (TCP options: `wanblk_sys::tcp::apply`.)
 
 use std::io::IoSlice;
 
@@ -37,28 +37,5 @@ pub(crate) async fn write_all_segments<W: AsyncWrite + Unpin>(
         }
     }
     segs.clear();
-    Ok(())
-}
-
-/// Sets the socket options of a TCP connection.
-pub(crate) fn tune_tcp(
-    s: &tokio::net::TcpStream,
-    send_buffer: Option<usize>,
-    recv_buffer: Option<usize>,
-    congestion: Option<&str>,
-) -> std::io::Result<()> {
-    use std::os::fd::AsFd;
-    s.set_nodelay(true)?;
-    let sock = socket2::SockRef::from(s);
-    if let Some(n) = send_buffer {
-        sock.set_send_buffer_size(n)?;
-    }
-    if let Some(n) = recv_buffer {
-        sock.set_recv_buffer_size(n)?;
-    }
-    if let Some(cc) = congestion {
-        wanblk_sys::tcp::set_congestion(s.as_fd(), cc)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("congestion control `{cc}`: {e}")))?;
-    }
     Ok(())
 }

@@ -48,9 +48,9 @@ pub struct ServeOptions {
     pub max_in_flight_bytes: usize,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
-    /// TCP congestion control for accepted connections (e.g. "cubic");
-    /// the namespace's default when `None`.
-    pub congestion: Option<String>,
+    /// Options of accepted TCP connections (congestion control, buffers,
+    /// keepalive); the namespace's defaults when unset.
+    pub tcp: wanblk_sys::tcp::TcpOptions,
 }
 
 impl Default for ServeOptions {
@@ -64,7 +64,7 @@ impl Default for ServeOptions {
             max_in_flight: 64,
             max_in_flight_bytes: 256 << 20,
             shutdown_grace: Duration::from_secs(5),
-            congestion: None,
+            tcp: wanblk_sys::tcp::TcpOptions::default(),
         }
     }
 }
@@ -171,7 +171,7 @@ impl NbdServer {
         self.serve_loop(
             || async {
                 let (s, peer) = listener.accept().await?;
-                if let Err(e) = crate::io::tune_tcp(&s, None, None, self.opts.congestion.as_deref()) {
+                if let Err(e) = wanblk_sys::tcp::apply(std::os::fd::AsFd::as_fd(&s), &self.opts.tcp) {
                     tracing::warn!("{peer}: {e}");
                 }
                 let (r, w) = s.into_split();

@@ -52,7 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<()> {
     let opened = Opened::open(&args.uri, &args.session, &args.cache).await?;
     let backend: Arc<dyn Endpoint> = opened.front.clone();
-    let result = crate::cmd::target::serve(&args.serve, true, None, backend).await;
+    let result = crate::cmd::target::serve(&args.serve, true, Default::default(), backend).await;
     let finished = opened.finish().await;
     result.and(finished)
 }

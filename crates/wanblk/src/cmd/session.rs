@@ -182,7 +182,7 @@ impl SessionArgs {
                 hedge,
                 ..PoolConfig::default()
             },
-            congestion: self.congestion.clone(),
+            tcp: wanblk_sys::tcp::TcpOptions { congestion: self.congestion.clone(), ..Default::default() },
             structured_replies: !self.no_structured_replies,
             iscsi_mcs: self.iscsi_mode == IscsiMode::Mcs,
             iscsi_params: self.iscsi_params.clone(),

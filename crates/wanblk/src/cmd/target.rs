@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint};
 use wanblk_nbd::{NbdServer, NbdUri, ServeOptions};
+use wanblk_sys::tcp::TcpOptions;
 
 use crate::units::parse_size;
 
@@ -122,7 +123,8 @@ fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Endpoint>> {
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let backend = open_backend(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(serve(&args.serve, !args.no_structured_replies, args.congestion.clone(), backend))
+    let tcp = TcpOptions { congestion: args.congestion.clone(), ..TcpOptions::default() };
+    rt.block_on(serve(&args.serve, !args.no_structured_replies, tcp, backend))
 }
 
 /// Serves `backend` as described by `args` until SIGINT or SIGTERM,
@@ -133,7 +135,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 pub(crate) async fn serve(
     args: &ServeArgs,
     structured_replies: bool,
-    congestion: Option<String>,
+    tcp: TcpOptions,
     backend: Arc<dyn Endpoint>,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -145,7 +147,7 @@ pub(crate) async fn serve(
         structured_replies,
         sparse_reads: args.sparse_reads,
         max_in_flight: args.max_in_flight.max(1),
-        congestion,
+        tcp,
         ..Default::default()
     };
     let server = NbdServer::new(backend, opts);
