@@ -1,56 +1,90 @@
-//! Work pulling: a slow session takes fewer chunks instead of holding a
+//! Work pulling: a slow session takes fewer requests instead of holding a
 //! fixed stripe, and changing the active count moves work between sessions.
+//!
+//! Events are ordered with gates (a gated session holds its requests until
+//! the test opens the gate) and waits on what the sessions did, never with
+//! sleeps, so the tests mean the same on a busy machine; no test asserts
+//! how long something took.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use common::{Behaviour, Gate, TestConnector, assert_data, data, within};
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::pool::{Pool, PoolConfig};
+use wanblk_blockdev::pool::{Hedge, Pool, PoolConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_session_carries_less() {
-    let slow = common::Behaviour { delay: Some(Duration::from_millis(50)), ..Default::default() };
-    let c = common::TestConnector::new(32 << 20, vec![slow]);
+    // Session 0 holds the first request it takes until the three others
+    // have carried everything else: with work pulling they can; with a
+    // fixed stripe a quarter of the requests would wait behind session 0
+    // and the wait below would fail. The others start once session 0 holds
+    // its request (or they could carry everything before it took one).
+    let (stuck, start) = (Gate::new(), Gate::new());
+    let mut behaviours = vec![Behaviour::gated(&stuck)];
+    behaviours.extend(vec![Behaviour::gated(&start); 3]);
+    let c = TestConnector::new(32 << 20, behaviours);
+    c.store.write(0, data(0, 16 << 20, 1), false).await.unwrap();
     let cfg =
         PoolConfig { initial_sessions: 4, max_request_bytes: 64 << 10, max_depth: 1, ..Default::default() };
-    let pool = Pool::open(c, cfg).await.unwrap();
-    pool.read(0, 16 << 20).await.unwrap();
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 16 << 20).await }
+    });
+    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
+    start.open();
+    c.wait_for("the other sessions carry all but the stuck request", |c| {
+        c.completed(1) + c.completed(2) + c.completed(3) >= (16 << 20) - (64 << 10)
+    })
+    .await;
+    assert_eq!(c.started(0), 1, "the stuck session took one request");
+    stuck.open();
+    assert_data(&within("the read", read).await.unwrap().unwrap(), 0, 1);
     let per: Vec<u64> = pool.snapshot().sessions.iter().map(|s| s.completed_bytes).collect();
-    // Session 0 sleeps 50 ms per chunk; the three fast ones share the rest.
-    assert!(per[0] * 4 < per[1] + per[2] + per[3], "slow session carried too much: {per:?}");
+    assert!(per[0] <= 64 << 10, "the stuck session carried more than its one request: {per:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deactivated_sessions_idle_and_reactivation_reuses_them() {
-    // Every request takes a little time, so every active worker gets work
-    // (with instant requests a few fast workers could drain the queue).
-    let slow = common::Behaviour { delay: Some(Duration::from_millis(2)), ..Default::default() };
-    let c = common::TestConnector::new(32 << 20, vec![slow; 8]);
+    // Every session's requests wait at one gate, which opens once each
+    // active session holds a request: so every active session gets work,
+    // however the runtime schedules the workers.
+    let gate = Gate::new();
+    let c = TestConnector::new(32 << 20, vec![Behaviour::gated(&gate); 8]);
+    c.store.write(0, data(0, 8 << 20, 2), false).await.unwrap();
     let cfg =
         PoolConfig { initial_sessions: 4, max_request_bytes: 64 << 10, max_depth: 2, ..Default::default() };
-    let pool = Pool::open(c.clone(), cfg).await.unwrap();
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
     pool.set_active(2).unwrap();
-    let bytes = |p: &Pool| p.snapshot().sessions.iter().map(|s| s.completed_bytes).collect::<Vec<_>>();
-    let before = bytes(&pool);
-    pool.read(0, 8 << 20).await.unwrap();
-    let after = bytes(&pool);
-    assert_eq!(before[2], after[2], "idle session 2 took work");
-    assert_eq!(before[3], after[3], "idle session 3 took work");
-    assert!(after[0] > 0 && after[1] > 0);
+    let read = |p: &Arc<Pool>| {
+        let p = Arc::clone(p);
+        tokio::spawn(async move { p.read(0, 8 << 20).await })
+    };
+    let r = read(&pool);
+    c.wait_for("both active sessions hold a request", |c| c.running(0) > 0 && c.running(1) > 0).await;
+    gate.open();
+    assert_data(&within("the read on 2 sessions", r).await.unwrap().unwrap(), 0, 2);
+    assert_eq!((c.started(2), c.started(3)), (0, 0), "idle sessions took work");
     // Growing again reuses the idle sessions: nothing new is opened.
+    gate.close();
     pool.set_active(4).unwrap();
-    pool.read(0, 8 << 20).await.unwrap();
+    let r = read(&pool);
+    c.wait_for("all four active sessions hold a request", |c| (0..4).all(|i| c.running(i) > 0)).await;
+    gate.open();
+    assert_data(&within("the read on 4 sessions", r).await.unwrap().unwrap(), 0, 2);
     assert_eq!(c.opened.load(std::sync::atomic::Ordering::SeqCst), 4);
-    assert!(bytes(&pool)[3] > 0);
+    assert!(pool.snapshot().sessions[3].completed_bytes > 0);
     // Growing past the open sessions opens more, lazily.
     pool.set_active(6).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), async {
+    within("the pool opens the extra sessions", async {
         while pool.snapshot().open() < 6 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
-    .await
-    .expect("pool opened the extra sessions");
+    .await;
     assert_eq!(pool.snapshot().active, 6);
     // More than the pool may open is refused, and changes nothing.
     assert!(pool.set_active(65).is_err());
@@ -60,109 +94,144 @@ async fn deactivated_sessions_idle_and_reactivation_reuses_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_status_and_flush_do_not_wait_behind_a_stalled_session() {
-    // Sessions 0 and 1 stall for 5 s per request; block status and flush
-    // go to the side session and answer at once.
-    let stall = common::Behaviour { delay: Some(Duration::from_secs(5)), ..Default::default() };
-    let c = common::TestConnector::new(32 << 20, vec![stall, stall]);
+    // Sessions 0 and 1 hold every request (flush and block status too)
+    // until the end; block status and flush go to the side session, so
+    // they answer while the data sessions are stuck (on a data session
+    // they would never answer).
+    let stuck = Gate::new();
+    let c = TestConnector::new(32 << 20, vec![Behaviour::gated(&stuck); 2]);
+    c.store.write(0, data(0, 4 << 20, 3), false).await.unwrap();
     let cfg =
         PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 2, ..Default::default() };
-    let pool = std::sync::Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
     let busy = {
         let p = pool.clone();
         tokio::spawn(async move { p.read(0, 4 << 20).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let t0 = std::time::Instant::now();
-    let map = pool.block_status(0, 32 << 20).await.unwrap();
-    pool.flush().await.unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(2), "block status and flush waited {:?}", t0.elapsed());
+    c.wait_for("both data sessions hold their requests", |c| c.running(0) == 2 && c.running(1) == 2).await;
+    let map =
+        within("block status beside stuck data sessions", pool.block_status(0, 32 << 20)).await.unwrap();
+    within("flush beside stuck data sessions", pool.flush()).await.unwrap();
     assert_eq!(map.iter().map(|e| e.length).sum::<u64>(), 32 << 20);
     assert_eq!(c.opened.load(std::sync::atomic::Ordering::SeqCst), 3, "one extra session: the side session");
-    busy.abort();
+    assert!(!busy.is_finished(), "the data sessions were stuck all along");
+    stuck.open();
+    assert_data(&within("the read", busy).await.unwrap().unwrap(), 0, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_hedges_a_straggler() {
-    // Session 0 stalls for 10 s; once session 1 runs out of work it runs a
-    // copy of the stalled chunk, and the read completes long before 10 s.
-    // Session 1 takes 100 ms per request, so each session takes one chunk.
-    let stall = common::Behaviour { delay: Some(Duration::from_secs(10)), ..Default::default() };
-    let quick = common::Behaviour { delay: Some(Duration::from_millis(100)), ..Default::default() };
-    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
-    c.store.write(0, common::data(0, 2 << 20, 4), false).await.unwrap();
+    // Session 0 never answers the request it takes (until the end);
+    // session 1 starts only once session 0 holds its request, so each
+    // takes one. The read completes only if session 1, out of work, runs
+    // a copy of the stuck request: and the copy must read the same place.
+    let stuck = Gate::new();
+    let start = Gate::new();
+    let c = TestConnector::new(8 << 20, vec![Behaviour::gated(&stuck), Behaviour::gated(&start)]);
+    c.store.write(0, data(0, 2 << 20, 4), false).await.unwrap();
     let cfg =
         PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
-    let pool = Pool::open(c, cfg).await.unwrap();
-    let t0 = std::time::Instant::now();
-    let r = tokio::time::timeout(Duration::from_secs(5), pool.read(0, 2 << 20)).await;
-    common::assert_data(&r.expect("the stalled chunk was not hedged").unwrap(), 0, 4);
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 2 << 20).await }
+    });
+    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
+    start.open();
+    let got = within("the read (the stuck request was not hedged)", read).await.unwrap().unwrap();
+    assert_data(&got, 0, 4);
     let st = pool.snapshot();
     assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
+    stuck.open();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_not_hedged_unless_asked() {
-    // Session 0 takes 3 s per request, session 1 300 ms: each takes one chunk.
-    let stall = common::Behaviour { delay: Some(Duration::from_secs(3)), ..Default::default() };
-    let quick = common::Behaviour { delay: Some(Duration::from_millis(300)), ..Default::default() };
-    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
-    let cfg =
-        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
-    let pool = Pool::open(c, cfg).await.unwrap();
-    let t0 = std::time::Instant::now();
-    pool.write(0, common::data(0, 2 << 20, 1), false).await.unwrap();
-    assert!(t0.elapsed() >= Duration::from_secs(3), "the stalled write was waited for");
-    assert_eq!(pool.snapshot().hedged, 0);
-    let c = common::TestConnector::new(8 << 20, vec![stall, quick]);
-    let cfg = PoolConfig { hedge: wanblk_blockdev::pool::Hedge::ReadsAndWrites, ..cfg };
-    let pool = Pool::open(c.clone(), cfg).await.unwrap();
-    let data = common::data(0, 2 << 20, 2);
-    let t0 = std::time::Instant::now();
-    pool.write(0, data.clone(), false).await.unwrap();
-    assert!(t0.elapsed() < Duration::from_millis(2900), "{:?}", t0.elapsed());
-    assert_eq!(pool.snapshot().hedges_won, 1, "{:?}", pool.snapshot());
-    common::assert_data(&pool.read(0, 2 << 20).await.unwrap(), 0, 2);
-    common::assert_data(&c.store.read(0, 2 << 20).await.unwrap(), 0, 2);
+    // Two pools, each with a session 0 that holds its write and a session
+    // 1 that starts once it does: pool `reads` hedges reads only (the
+    // default), pool `both` reads and writes. Once `both` has hedged its
+    // stuck write (so a hedge was due), `reads` must not have, and its
+    // write waits for session 0.
+    let open = |hedge: Hedge| async move {
+        let (stuck, start) = (Gate::new(), Gate::new());
+        let c = TestConnector::new(8 << 20, vec![Behaviour::gated(&stuck), Behaviour::gated(&start)]);
+        let cfg = PoolConfig {
+            initial_sessions: 2,
+            max_request_bytes: 1 << 20,
+            max_depth: 1,
+            hedge,
+            ..Default::default()
+        };
+        let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+        let p = Arc::clone(&pool);
+        let write = tokio::spawn(async move { p.write(0, data(0, 2 << 20, 5), false).await });
+        c.wait_for("session 0 holds a write", |c| c.running(0) == 1).await;
+        start.open();
+        (c, pool, stuck, write)
+    };
+    let (c_reads, reads, stuck_reads, write_reads) = open(Hedge::Reads).await;
+    let (c_both, both, stuck_both, write_both) = open(Hedge::ReadsAndWrites).await;
+    within("the write that may be hedged", write_both).await.unwrap().unwrap();
+    assert_eq!(both.snapshot().hedges_won, 1, "{:?}", both.snapshot());
+    assert_data(&c_both.store.read(0, 2 << 20).await.unwrap(), 0, 5);
+    // A window, not an ordering: `reads` had the same chance to hedge as
+    // `both` (it started first); under load this can only make the check
+    // pass wrongly, never fail wrongly.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads.snapshot().hedged, 0, "{:?}", reads.snapshot());
+    assert!(!write_reads.is_finished(), "the unhedged write waits for its stuck request");
+    stuck_reads.open();
+    within("the unhedged write", write_reads).await.unwrap().unwrap();
+    assert_eq!(reads.snapshot().hedged, 0);
+    assert_data(&c_reads.store.read(0, 2 << 20).await.unwrap(), 0, 5);
+    stuck_both.open();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deactivated_sessions_report_draining_until_their_requests_finish() {
-    // 300 ms per request, 2 in flight per session: after set_active(1) the
-    // second session still has its requests out for a while.
-    let slow = common::Behaviour { delay: Some(Duration::from_millis(300)), ..Default::default() };
-    let c = common::TestConnector::new(32 << 20, vec![slow; 2]);
+    // Both sessions hold their requests at a gate: after set_active(1)
+    // session 1 still has its requests out until the gate opens.
+    let gate = Gate::new();
+    let c = TestConnector::new(32 << 20, vec![Behaviour::gated(&gate); 2]);
+    c.store.write(0, data(0, 16 << 20, 6), false).await.unwrap();
     let cfg =
         PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 2, ..Default::default() };
-    let pool = std::sync::Arc::new(Pool::open(c, cfg).await.unwrap());
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
     assert_eq!(pool.snapshot().draining(), 0);
     let busy = {
         let p = pool.clone();
         tokio::spawn(async move { p.read(0, 16 << 20).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.wait_for("session 1 holds requests", |c| c.running(1) > 0).await;
     pool.set_active(1).unwrap();
     assert_eq!(pool.snapshot().draining(), 1, "session 1 still has requests in flight");
-    tokio::time::timeout(Duration::from_secs(5), async {
+    gate.open();
+    within("the deactivated session drains", async {
         while pool.snapshot().draining() > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
-    .await
-    .expect("the deactivated session drained");
-    busy.await.unwrap().unwrap();
+    .await;
+    assert_data(&within("the read", busy).await.unwrap().unwrap(), 0, 6);
     assert_eq!(pool.snapshot().draining(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_smaller_request_size_and_depth_bound_what_a_session_holds() {
-    let slow = common::Behaviour { delay: Some(Duration::from_millis(5)), ..Default::default() };
-    let c = common::TestConnector::new(32 << 20, vec![slow; 2]);
+    // 8 MiB in 1 MiB requests is exactly 2 sessions x depth 4: the gate
+    // opens only once all eight are in flight at once.
+    let gate = Gate::new();
+    let c = TestConnector::new(32 << 20, vec![Behaviour::gated(&gate); 2]);
     let cfg =
         PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 4, ..Default::default() };
-    let pool = Pool::open(c.clone(), cfg).await.unwrap();
-    let data = common::data(0, 8 << 20, 7);
-    pool.write(0, data.clone(), false).await.unwrap();
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let write = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.write(0, data(0, 8 << 20, 7), false).await }
+    });
+    c.wait_for("4 requests in flight on each session", |c| c.running(0) == 4 && c.running(1) == 4).await;
+    gate.open();
+    within("the write", write).await.unwrap().unwrap();
     assert_eq!(c.largest_request.load(std::sync::atomic::Ordering::SeqCst), 1 << 20);
     assert_eq!(c.peak_per_session.load(std::sync::atomic::Ordering::SeqCst), 4);
     // Requests of 256 KiB, 2 in flight per session: callers' 1 MiB reads
@@ -173,8 +242,8 @@ async fn a_smaller_request_size_and_depth_bound_what_a_session_holds() {
     c.largest_request.store(0, std::sync::atomic::Ordering::SeqCst);
     c.peak_per_session.store(0, std::sync::atomic::Ordering::SeqCst);
     let reads = (0..8u64).map(|i| pool.read(i << 20, 1 << 20));
-    let parts = futures::future::try_join_all(reads).await.unwrap();
-    common::assert_data(&parts.concat(), 0, 7);
+    let parts = within("the reads", futures::future::try_join_all(reads)).await.unwrap();
+    assert_data(&parts.concat(), 0, 7);
     assert_eq!(c.largest_request.load(std::sync::atomic::Ordering::SeqCst), 256 << 10);
     assert!(c.peak_per_session.load(std::sync::atomic::Ordering::SeqCst) <= 2);
     // Out-of-range values are refused and change nothing: above the

@@ -1,22 +1,113 @@
-//! A test connector whose sessions share one memory store, with optional
-//! per-session delay and failure injection.
+//! A test connector whose sessions share one memory store, with
+//! per-session failure injection and gates: a gated session holds its
+//! requests until the test opens the gate, and the connector reports what
+//! every session started, holds and completed, so tests order events with
+//! signals instead of sleeps (a sleep that is long enough on an idle
+//! machine is not on a busy one).
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use tokio::sync::watch;
 use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 use wanblk_blockdev::{Capabilities, Connector, Endpoint, EndpointError, Extent, Result};
 
+/// How long a test waits for an event before it fails (far longer than
+/// any event takes, even on a busy machine: only a bug reaches it).
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Runs `f` with the [`WAIT`] limit; a hang fails the test, naming `what`.
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, f).await.unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
+}
+
+/// A gate that requests of gated sessions wait at: closed until the test
+/// opens it (and it can close again).
+pub struct Gate(watch::Sender<bool>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Arc<Gate> {
+        Arc::new(Gate(watch::Sender::new(false)))
+    }
+
+    /// Lets every waiting and later request through.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Holds later requests again.
+    pub fn close(&self) {
+        self.0.send_replace(false);
+    }
+
+    async fn pass(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
 /// How the n-th opened session behaves.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct Behaviour {
+    /// Every read, write and zeroing takes this long.
     pub delay: Option<Duration>,
     /// Fail with an I/O error (connection dropped) after this many requests.
     pub fail_after: Option<usize>,
+    /// Every request (flush and block status too) waits until this gate
+    /// is open.
+    pub gate: Option<Arc<Gate>>,
+}
+
+impl Behaviour {
+    /// A session whose requests wait at `gate`.
+    pub fn gated(gate: &Arc<Gate>) -> Behaviour {
+        Behaviour { gate: Some(Arc::clone(gate)), ..Default::default() }
+    }
+}
+
+/// What the sessions did, by session (in the order they were opened).
+#[derive(Default)]
+struct Counts {
+    /// Requests started (reads, writes, zeroing).
+    started: Vec<usize>,
+    /// Requests started and not finished (held at a gate, delayed).
+    running: Vec<usize>,
+    /// Payload bytes of completed reads and writes.
+    completed: Vec<u64>,
+    /// Connection failures injected.
+    failures: usize,
+}
+
+/// The sessions' shared view of what happened, with a signal on change.
+#[derive(Default)]
+struct Probe {
+    counts: Mutex<Counts>,
+    changed: watch::Sender<u64>,
+}
+
+impl Probe {
+    fn update(&self, session: usize, f: impl FnOnce(&mut Counts, usize)) {
+        {
+            let mut guard = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let c = &mut *guard;
+            for v in [&mut c.started, &mut c.running] {
+                if v.len() <= session {
+                    v.resize(session + 1, 0);
+                }
+            }
+            if c.completed.len() <= session {
+                c.completed.resize(session + 1, 0);
+            }
+            f(c, session);
+        }
+        self.changed.send_modify(|g| *g += 1);
+    }
 }
 
 pub struct TestConnector {
@@ -29,6 +120,7 @@ pub struct TestConnector {
     pub largest_request: Arc<AtomicUsize>,
     /// Most requests one session had running at once.
     pub peak_per_session: Arc<AtomicUsize>,
+    probe: Arc<Probe>,
 }
 
 impl TestConnector {
@@ -41,11 +133,54 @@ impl TestConnector {
             refuse_after: None,
             largest_request: Arc::new(AtomicUsize::new(0)),
             peak_per_session: Arc::new(AtomicUsize::new(0)),
+            probe: Arc::new(Probe::default()),
         })
+    }
+
+    fn counts<T>(&self, f: impl FnOnce(&Counts) -> T) -> T {
+        f(&self.probe.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Requests session `i` has started.
+    pub fn started(&self, i: usize) -> usize {
+        self.counts(|c| c.started.get(i).copied().unwrap_or(0))
+    }
+
+    /// Requests session `i` holds now (started, not finished).
+    pub fn running(&self, i: usize) -> usize {
+        self.counts(|c| c.running.get(i).copied().unwrap_or(0))
+    }
+
+    /// Payload bytes session `i` completed.
+    pub fn completed(&self, i: usize) -> u64 {
+        self.counts(|c| c.completed.get(i).copied().unwrap_or(0))
+    }
+
+    /// Connection failures injected so far.
+    pub fn failures(&self) -> usize {
+        self.counts(|c| c.failures)
+    }
+
+    /// Waits until `cond` holds; it is checked whenever a session starts,
+    /// finishes or fails a request.
+    ///
+    /// # Panics
+    /// After [`WAIT`], naming `what`.
+    pub async fn wait_for(&self, what: &str, cond: impl Fn(&TestConnector) -> bool) {
+        let mut rx = self.probe.changed.subscribe();
+        within(what, async {
+            while !cond(self) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
     }
 }
 
 pub struct TestSession {
+    index: usize,
     store: Arc<MemoryEndpoint>,
     b: Behaviour,
     requests: AtomicUsize,
@@ -53,6 +188,7 @@ pub struct TestSession {
     running: AtomicUsize,
     largest_request: Arc<AtomicUsize>,
     peak_per_session: Arc<AtomicUsize>,
+    probe: Arc<Probe>,
 }
 
 #[async_trait]
@@ -65,8 +201,9 @@ impl Connector for TestConnector {
         if self.refuse_after.is_some_and(|r| n >= r) {
             return Err(EndpointError::io("test://store", None, "connection refused"));
         }
-        let b = self.behaviours.get(n).copied().unwrap_or_default();
+        let b = self.behaviours.get(n).cloned().unwrap_or_default();
         Ok(Arc::new(TestSession {
+            index: n,
             store: Arc::clone(&self.store),
             b,
             requests: AtomicUsize::new(0),
@@ -74,23 +211,46 @@ impl Connector for TestConnector {
             running: AtomicUsize::new(0),
             largest_request: Arc::clone(&self.largest_request),
             peak_per_session: Arc::clone(&self.peak_per_session),
+            probe: Arc::clone(&self.probe),
         }))
     }
 }
 
 impl TestSession {
+    /// Every data request passes here before it reaches the store.
     async fn gate(&self, offset: u64) -> Result<()> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak_per_session.fetch_max(now, Ordering::SeqCst);
+        self.probe.update(self.index, |c, i| {
+            c.started[i] += 1;
+            c.running[i] += 1;
+        });
+        self.hold().await;
         if let Some(d) = self.b.delay {
             tokio::time::sleep(d).await;
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
-        if self.b.fail_after.is_some_and(|f| n >= f) {
+        let fail = self.b.fail_after.is_some_and(|f| n >= f);
+        self.probe.update(self.index, |c, i| {
+            c.running[i] -= 1;
+            c.failures += usize::from(fail);
+        });
+        if fail {
             return Err(EndpointError::io("test://store", Some(offset), "connection reset by peer"));
         }
         Ok(())
+    }
+
+    /// Waits at the session's gate, if it has one.
+    async fn hold(&self) {
+        if let Some(g) = &self.b.gate {
+            g.pass().await;
+        }
+    }
+
+    fn done(&self, bytes: usize) {
+        self.probe.update(self.index, |c, i| c.completed[i] += bytes as u64);
     }
 }
 
@@ -108,24 +268,32 @@ impl Endpoint for TestSession {
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         self.largest_request.fetch_max(len as usize, Ordering::SeqCst);
         self.gate(offset).await?;
-        self.store.read(offset, len).await
+        let d = self.store.read(offset, len).await?;
+        self.done(d.len());
+        Ok(d)
     }
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         self.largest_request.fetch_max(data.len(), Ordering::SeqCst);
         self.gate(offset).await?;
-        self.store.write(offset, data, fua).await
+        let n = data.len();
+        self.store.write(offset, data, fua).await?;
+        self.done(n);
+        Ok(())
     }
     async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
         self.gate(offset).await?;
         self.store.write_zeroes(offset, len, may_trim).await
     }
     async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.hold().await;
         self.store.trim(offset, len).await
     }
     async fn flush(&self) -> Result<()> {
+        self.hold().await;
         self.store.flush().await
     }
     async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.hold().await;
         self.store.block_status(offset, len).await
     }
 }
