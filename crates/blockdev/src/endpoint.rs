@@ -193,6 +193,14 @@ pub trait Endpoint: Send + Sync {
     /// Reads `len` bytes at `offset`. Returns exactly `len` bytes or an error.
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes>;
 
+    /// Reads ahead of demand (speculative read-ahead): like
+    /// [`Endpoint::read`], but an endpoint with a queue of its own (the
+    /// session pool) serves it only after every demand request waiting, so
+    /// read-ahead never delays a demand read. The default is a plain read.
+    async fn read_ahead(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.read(offset, len).await
+    }
+
     /// Writes `data` at `offset`; with `fua` the data is on stable storage
     /// when this returns (if the endpoint supports FUA, else it flushes).
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()>;

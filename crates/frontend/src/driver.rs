@@ -93,7 +93,11 @@ impl Shared {
         for o in orders {
             let me = Arc::clone(self);
             self.handle.spawn(async move {
-                let result = me.inner.read(o.offset, o.len).await;
+                let result = if o.prefetch {
+                    me.inner.read_ahead(o.offset, o.len).await
+                } else {
+                    me.inner.read(o.offset, o.len).await
+                };
                 me.poll_rtt();
                 let (more, slot) = {
                     let mut st = me.lock();

@@ -32,10 +32,12 @@
 //! # Read-ahead
 //! Demand reads feed [`crate::readahead::Streams`]; an active stream gets
 //! prefetch requests of [`Config::prefetch_request`] bytes up to its window
-//! ahead of the reader. Prefetch in flight is bounded by the path's depth
-//! (2 x goodput x RTT, at least [`Config::min_depth`]) so demand reads never
-//! queue behind more than that, and prefetched data not yet read (plus
-//! prefetch in flight) never exceeds [`Config::cache_size`].
+//! ahead of the reader, starting at the path's depth (2 x goodput x RTT, at
+//! least [`Config::min_depth`]) and growing to [`Config::max_window`].
+//! Prefetch goes to the remote as read-ahead (`Endpoint::read_ahead`), which
+//! the session pool serves only after every demand request waiting, so
+//! demand reads never queue behind prefetch; prefetched data not yet read
+//! plus prefetch in flight never exceeds [`Config::cache_size`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -623,6 +625,14 @@ impl Engine {
         (2 * bdp).clamp(self.cfg.min_depth, self.cfg.max_window.max(self.cfg.min_depth))
     }
 
+    /// Written bytes let into flight at once: the depth, at least the
+    /// largest window (a request's latency includes its queueing behind
+    /// the others, so twice goodput x RTT alone would keep too little in
+    /// flight on a window-limited path).
+    fn write_depth(&self) -> u64 {
+        self.depth().max(self.cfg.max_window)
+    }
+
     fn ceiling(&self) -> u64 {
         self.cfg.max_window.min(self.cfg.cache_size)
     }
@@ -731,7 +741,9 @@ impl Engine {
         let target = s.next.saturating_add(s.window).min(self.size);
         let mut out = Vec::new();
         while from < target {
-            if self.prefetch_bytes >= depth {
+            // Read-ahead in flight: what the windows and the cache allow, but
+            // at least the depth's worth is let through even for one stream.
+            if self.prefetch_bytes >= depth.max(self.ceiling()) {
                 break;
             }
             let to = (from + self.cfg.prefetch_request.max(1)).min(target);
@@ -902,7 +914,7 @@ impl Engine {
 
     /// The next write request to send, if any may go now.
     pub fn poll_send(&mut self, now: u64) -> Option<SendOrder> {
-        if self.failed.is_some() || self.pending.len() == 0 || self.flight_bytes >= self.depth() {
+        if self.failed.is_some() || self.pending.len() == 0 || self.flight_bytes >= self.write_depth() {
             return None;
         }
         let free = |s: &u64, e: &Engine| {
@@ -941,7 +953,7 @@ impl Engine {
     /// else happens (a run's coalescing delay ends); `None` if only a
     /// completion or a new write can make something sendable.
     pub fn poll_timeout(&self, now: u64) -> Option<u64> {
-        if self.failed.is_some() || self.flight_bytes >= self.depth() {
+        if self.failed.is_some() || self.flight_bytes >= self.write_depth() {
             return None;
         }
         self.by_deadline.range((now + 1, 0)..).next().map(|(d, _)| *d)

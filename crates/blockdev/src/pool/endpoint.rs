@@ -17,6 +17,28 @@ fn unexpected(name: &str) -> EndpointError {
 }
 
 impl Pool {
+    /// A read cut into requests, queued as demand or as read-ahead.
+    async fn read_as(&self, offset: u64, len: u32, ahead: bool) -> Result<Bytes> {
+        self.check(offset, len.into())?;
+        let parts = futures::future::try_join_all(
+            self.cut(offset, len.into())
+                .map(|(o, n)| self.submit_as(Op::Read { offset: o, len: n as u32 }, ahead)),
+        )
+        .await?;
+        let mut parts = parts.into_iter().map(|d| match d {
+            Done::Data(b) => Ok(b),
+            _ => Err(unexpected(&self.shared.name)),
+        });
+        if parts.len() == 1 {
+            return parts.next().unwrap_or_else(|| Err(unexpected(&self.shared.name)));
+        }
+        let mut out = BytesMut::with_capacity(len as usize);
+        for p in parts {
+            out.extend_from_slice(&p?);
+        }
+        Ok(out.freeze())
+    }
+
     fn check(&self, offset: u64, len: u64) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(()),
@@ -53,23 +75,11 @@ impl Endpoint for Pool {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
-        self.check(offset, len.into())?;
-        let parts = futures::future::try_join_all(
-            self.cut(offset, len.into()).map(|(o, n)| self.submit(Op::Read { offset: o, len: n as u32 })),
-        )
-        .await?;
-        let mut parts = parts.into_iter().map(|d| match d {
-            Done::Data(b) => Ok(b),
-            _ => Err(unexpected(&self.shared.name)),
-        });
-        if parts.len() == 1 {
-            return parts.next().unwrap_or_else(|| Err(unexpected(&self.shared.name)));
-        }
-        let mut out = BytesMut::with_capacity(len as usize);
-        for p in parts {
-            out.extend_from_slice(&p?);
-        }
-        Ok(out.freeze())
+        self.read_as(offset, len, false).await
+    }
+
+    async fn read_ahead(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.read_as(offset, len, true).await
     }
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {

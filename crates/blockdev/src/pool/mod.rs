@@ -79,6 +79,9 @@ struct Shared {
     /// Most sessions: the configured ones, or fewer if the store says so.
     max_sessions: usize,
     queue: Mutex<VecDeque<Job>>,
+    /// Read-ahead requests: taken only when `queue` is empty, so a demand
+    /// request never waits behind speculative ones.
+    ahead: Mutex<VecDeque<Job>>,
     queue_ready: Notify,
     sessions: Mutex<Vec<Arc<Session>>>,
     /// Bumped whenever session roles change; workers wait on it while idle.
@@ -196,6 +199,7 @@ impl Pool {
             config: PoolConfig { max_request_bytes, ..config },
             max_sessions,
             queue: Mutex::new(VecDeque::new()),
+            ahead: Mutex::new(VecDeque::new()),
             queue_ready: Notify::new(),
             sessions: Mutex::new(Vec::new()),
             roles,

@@ -85,12 +85,14 @@ pub(super) struct Job {
     pub(super) attempts: u32,
     /// This is the duplicate of a straggler.
     pub(super) hedge: bool,
+    /// Read-ahead: served after every demand request waiting.
+    pub(super) ahead: bool,
 }
 
 impl Shared {
     pub(super) fn push(&self, job: Job, front: bool) {
         {
-            let mut q = lock(&self.queue);
+            let mut q = lock(if job.ahead { &self.ahead } else { &self.queue });
             if front { q.push_front(job) } else { q.push_back(job) }
         }
         self.queue_ready.notify_one();
@@ -105,6 +107,9 @@ impl Shared {
             if let Some(j) = lock(&self.queue).pop_front() {
                 return Some(j);
             }
+            if let Some(j) = lock(&self.ahead).pop_front() {
+                return Some(j);
+            }
             if self.closed.load(Ordering::SeqCst) {
                 return None;
             }
@@ -114,7 +119,8 @@ impl Shared {
 
     /// No session can serve anymore: fail everything queued.
     pub(super) fn fail_all(&self, err: EndpointError) {
-        let jobs: Vec<Job> = lock(&self.queue).drain(..).collect();
+        let mut jobs: Vec<Job> = lock(&self.queue).drain(..).collect();
+        jobs.extend(lock(&self.ahead).drain(..));
         for j in jobs {
             let e = match j.op.offset() {
                 Some(o) => err.clone().at(o),
@@ -128,8 +134,13 @@ impl Shared {
 impl Pool {
     /// Queues `op` and waits for its result.
     pub(super) async fn submit(&self, op: Op) -> Result<Done> {
+        self.submit_as(op, false).await
+    }
+
+    /// Queues `op` (behind every demand request if `ahead`) and waits for its result.
+    pub(super) async fn submit_as(&self, op: Op, ahead: bool) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false }, false);
+        self.shared.push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false, ahead }, false);
         rx.await
             .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
     }

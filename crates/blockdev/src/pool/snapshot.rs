@@ -91,7 +91,7 @@ impl Pool {
             max_depth: sh.config.max_depth,
             request_bytes: self.request_bytes(),
             depth: sh.depth.load(Ordering::SeqCst),
-            queued: lock(&sh.queue).len(),
+            queued: lock(&sh.queue).len() + lock(&sh.ahead).len(),
             hedged: sh.hedged.load(Ordering::Relaxed),
             hedges_won: sh.hedges_won.load(Ordering::Relaxed),
             sessions: sessions

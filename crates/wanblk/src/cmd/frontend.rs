@@ -77,6 +77,17 @@ impl Opened {
         };
         let inner: Arc<dyn Endpoint> = pool.clone();
         let front = Arc::new(FrontEnd::new(inner, cache.config()));
+        if tracing::enabled!(target: "wanblk::frontend", tracing::Level::DEBUG) {
+            let (f, p) = (Arc::downgrade(&front), Arc::downgrade(&pool));
+            tokio::spawn(async move {
+                while let (Some(f), Some(p)) = (f.upgrade(), p.upgrade()) {
+                    let (s, q) = (f.stats(), p.snapshot());
+                    tracing::debug!(target: "wanblk::frontend", active = q.active, queued = q.queued, in_flight = q.in_flight(), ?s);
+                    drop((f, p));
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            });
+        }
         Ok(Opened { front, pool, state, stop, controller })
     }
 
