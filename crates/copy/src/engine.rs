@@ -13,8 +13,9 @@ use wanblk_blockdev::{Endpoint, EndpointError, Extent};
 /// How to copy.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Bytes per read/write request.
-    pub request_size: u32,
+    /// Largest read or write the engine issues: pieces of the image are
+    /// at most this long.
+    pub max_request_bytes: u32,
     /// Compute the sha256 of the whole image (holes as zeroes), in offset order.
     pub verify: bool,
     /// The destination already reads as zeroes: skip holes and zero chunks.
@@ -37,7 +38,7 @@ pub struct CopyOptions {
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
-            request_size: 4 << 20,
+            max_request_bytes: 4 << 20,
             verify: false,
             destination_is_zero: false,
             sparse: true,
@@ -267,7 +268,7 @@ async fn do_piece(
     opts: Arc<CopyOptions>,
     progress: Arc<Progress>,
 ) -> Result<Finished, EndpointError> {
-    let request = u64::from(opts.request_size);
+    let request = u64::from(opts.max_request_bytes);
     if piece.kind == PieceKind::Zero {
         if opts.destination_is_zero {
             progress.skipped.fetch_add(piece.len, Ordering::Relaxed);
@@ -356,7 +357,7 @@ pub async fn copy(
             &progress,
         ));
     }
-    let request = u64::from(opts.request_size.max(1));
+    let request = u64::from(opts.max_request_bytes.max(1));
     let use_bs = opts.sparse && src.capabilities().can_block_status;
     let mut planner = Planner::new(size, request, use_bs);
     let opts = Arc::new(opts);
@@ -466,7 +467,7 @@ mod tests {
         src.write(30 << 20, Bytes::from(vec![0u8; 1 << 20]), false).await.unwrap(); // allocated zeroes
         let dst = Arc::new(MemoryEndpoint::new("dst", 40 << 20, Fill::Random { seed: 1 }));
         let progress = Arc::new(Progress::default());
-        let opts = CopyOptions { request_size: 1 << 20, verify: true, ..Default::default() };
+        let opts = CopyOptions { max_request_bytes: 1 << 20, verify: true, ..Default::default() };
         let out = copy(src.clone(), dst.clone(), opts, progress, || 4).await.unwrap();
         assert_eq!(out.bytes, 40 << 20);
         assert!(out.complete);

@@ -53,9 +53,12 @@ pub struct Report {
     pub skipped_bytes: u64,
     /// Active sessions at the end.
     pub connections: usize,
-    /// Requests in flight per session.
+    /// Most requests in flight per session (`--requests`, the pools'
+    /// `max_depth`).
     pub requests: usize,
-    /// Bytes per request.
+    /// Largest request, bytes (`--request-size` fitted to the stores: the
+    /// pools' `max_request_bytes`, the copy's piece size); the controller
+    /// may use smaller ones (each sample's `request_bytes`).
     pub request_size: u32,
     /// Goodput per monitoring interval.
     pub samples: Vec<Sample>,

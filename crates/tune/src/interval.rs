@@ -30,7 +30,7 @@ pub struct PathSnapshot {
     /// The tuner will discard this interval ([`Step::next_is_warmup`](crate::Step)).
     pub warmup: bool,
     /// The warm-up follows a decrease of N: no session restarts, only the
-    /// queue the larger N built has to drain. (The driver also waits for
+    /// queue the larger N built has to drain. (The controller also waits for
     /// deactivated sessions to finish their requests before it starts this
     /// interval.)
     pub after_decrease: bool,

@@ -1,8 +1,8 @@
 //! Where data comes from and goes to: parsing the location arguments of
 //! `wanblk copy` and opening them as endpoints.
 //!
-//! Network stores (NBD, iSCSI) open as a [`Pool`] of sessions; local files
-//! and `null:` open directly. A destination file that does not exist yet is
+//! Network stores (NBD, iSCSI) open through the command's
+//! [`Remote`] as a pool of sessions; local files and `null:` open directly. A destination file that does not exist yet is
 //! written under a `.wanblk-part` name and renamed only when the copy
 //! completes, so a failed copy never leaves a file that looks complete.
 
@@ -10,19 +10,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint, NullEndpoint};
-use wanblk_blockdev::pool::{Pool, PoolConfig};
-use wanblk_blockdev::{Connector, Endpoint};
+use wanblk_remote::Remote;
 
 use crate::units::parse_size;
 
 /// A parsed location argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Location {
-    /// `nbd://...`, `nbd+unix://...`
-    Nbd(String),
-    /// `iscsi://...`
-    Iscsi(String),
+    /// A network store: `nbd://...`, `nbd+unix://...`, `iscsi://...`.
+    Remote(String),
     /// A local file or block device.
     File(PathBuf),
     /// `null:` (or `null:SIZE` as a source of zeroes).
@@ -51,15 +49,8 @@ impl Location {
             let seed = seed.parse().map_err(|_| anyhow::anyhow!("bad seed in {s:?}"))?;
             return Ok(Location::Random { size, seed });
         }
-        let lower = s.to_ascii_lowercase();
-        if ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://", "nbd+vsock://"]
-            .iter()
-            .any(|p| lower.starts_with(p))
-        {
-            return Ok(Location::Nbd(s.to_string()));
-        }
-        if lower.starts_with("iscsi://") {
-            return Ok(Location::Iscsi(s.to_string()));
+        if wanblk_remote::is_remote(s) {
+            return Ok(Location::Remote(s.to_string()));
         }
         if let Some(path) = s.strip_prefix("file://") {
             return Ok(Location::File(PathBuf::from(path)));
@@ -76,27 +67,10 @@ impl Location {
     }
 }
 
-/// Options for opening network stores.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct NetOptions {
-    /// Session pool shape.
-    pub(crate) pool: PoolConfig,
-    /// Options of every TCP connection, NBD and iSCSI alike.
-    pub(crate) tcp: wanblk_sys::tcp::TcpOptions,
-    /// Ask NBD servers for structured replies.
-    pub(crate) structured_replies: bool,
-    /// iSCSI: several sessions, or several connections in one session (MC/S).
-    pub(crate) iscsi_mcs: bool,
-    /// iSCSI login key overrides.
-    pub(crate) iscsi_params: Vec<(String, String)>,
-}
-
 /// An opened endpoint and what it takes to finish with it.
 pub(crate) struct Opened {
     /// The endpoint to copy from or to.
     pub(crate) endpoint: Arc<dyn Endpoint>,
-    /// The session pool behind a network endpoint.
-    pub(crate) pool: Option<Arc<Pool>>,
     /// A `.wanblk-part` file to rename into place after success.
     pub(crate) part: Option<(PathBuf, PathBuf)>,
     /// The destination is known to read as zeroes (new file, null:).
@@ -107,7 +81,7 @@ pub(crate) struct Opened {
 
 impl Opened {
     fn plain(endpoint: Arc<dyn Endpoint>) -> Opened {
-        Opened { endpoint, pool: None, part: None, known_zero: false, notes: Vec::new() }
+        Opened { endpoint, part: None, known_zero: false, notes: Vec::new() }
     }
 
     /// After a successful copy: flush a new file and move it into place.
@@ -121,34 +95,19 @@ impl Opened {
     }
 }
 
-/// The connector for a network location.
-fn connector(loc: &Location, opts: &NetOptions) -> anyhow::Result<Arc<dyn Connector>> {
-    match loc {
-        Location::Nbd(uri) => crate::drivers::nbd_connector(uri, opts),
-        Location::Iscsi(uri) => crate::drivers::iscsi_connector(uri, opts),
-        _ => bail!("{loc:?} is not a network store (nbd://, nbd+unix:// or iscsi://)"),
-    }
-}
-
-/// Opens a network store as a session pool.
-///
-/// # Errors
-/// Not a network location, or the first session fails.
-pub(crate) async fn open_pool(loc: &Location, opts: &NetOptions) -> anyhow::Result<Arc<Pool>> {
-    let c = connector(loc, opts)?;
-    Ok(Arc::new(Pool::open(c, opts.pool).await?))
-}
-
-async fn open_network(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
-    let pool = open_pool(loc, opts).await?;
+/// Opens a network store through `remote`.
+async fn open_remote(uri: &str, remote: &mut Remote) -> anyhow::Result<Opened> {
+    let pool = remote.open(uri).await?;
     let notes = pool.notes();
-    Ok(Opened { endpoint: pool.clone(), pool: Some(pool), part: None, known_zero: false, notes })
+    let mut o = Opened::plain(pool);
+    o.notes = notes;
+    Ok(o)
 }
 
 /// Opens a copy source.
-pub(crate) async fn open_source(loc: &Location, opts: &NetOptions) -> anyhow::Result<Opened> {
+pub(crate) async fn open_source(loc: &Location, remote: &mut Remote) -> anyhow::Result<Opened> {
     match loc {
-        Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
+        Location::Remote(uri) => open_remote(uri, remote).await,
         Location::File(p) => Ok(Opened::plain(Arc::new(FileEndpoint::open(p, false)?))),
         Location::Null(size) => match size {
             Some(s) => Ok(Opened::plain(Arc::new(NullEndpoint::new(*s)))),
@@ -169,9 +128,13 @@ pub(crate) fn part_path(p: &Path) -> PathBuf {
 }
 
 /// Opens a copy destination for a source of `size` bytes.
-pub(crate) async fn open_destination(loc: &Location, size: u64, opts: &NetOptions) -> anyhow::Result<Opened> {
+pub(crate) async fn open_destination(
+    loc: &Location,
+    size: u64,
+    remote: &mut Remote,
+) -> anyhow::Result<Opened> {
     match loc {
-        Location::Nbd(_) | Location::Iscsi(_) => open_network(loc, opts).await,
+        Location::Remote(uri) => open_remote(uri, remote).await,
         Location::Random { .. } => bail!("random: is a source only"),
         Location::Null(sized) => {
             // `null:SIZE` is a sink of that size (a smaller one is refused
@@ -219,9 +182,9 @@ mod tests {
     fn parses_locations() {
         assert_eq!(Location::parse("null:").unwrap(), Location::Null(None));
         assert_eq!(Location::parse("null:1G").unwrap(), Location::Null(Some(1 << 30)));
-        assert!(matches!(Location::parse("nbd://h/e").unwrap(), Location::Nbd(_)));
-        assert!(matches!(Location::parse("NBD+unix:///e?socket=/s").unwrap(), Location::Nbd(_)));
-        assert!(matches!(Location::parse("iscsi://h/iqn.x/1").unwrap(), Location::Iscsi(_)));
+        assert!(matches!(Location::parse("nbd://h/e").unwrap(), Location::Remote(_)));
+        assert!(matches!(Location::parse("NBD+unix:///e?socket=/s").unwrap(), Location::Remote(_)));
+        assert!(matches!(Location::parse("iscsi://h/iqn.x/1").unwrap(), Location::Remote(_)));
         assert_eq!(Location::parse("/tmp/x.img").unwrap(), Location::File("/tmp/x.img".into()));
         assert_eq!(Location::parse("file:///tmp/x").unwrap(), Location::File("/tmp/x".into()));
         let e = Location::parse("http://x/y").unwrap_err().to_string();

@@ -6,9 +6,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
-mod drivers;
 mod location;
-mod tcplog;
 mod units;
 
 /// wanblk: move block storage across long-fat networks over many tuned sessions.

@@ -130,8 +130,10 @@ impl Endpoint for Pool {
     }
 
     async fn close(&self) -> Result<()> {
+        if self.shared.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
         self.close_side().await;
-        self.shared.closed.store(true, Ordering::SeqCst);
         self.shared.roles.send_modify(|g| *g += 1);
         self.shared.queue_ready.notify_waiters();
         let sessions: Vec<_> = lock(&self.shared.sessions).clone();

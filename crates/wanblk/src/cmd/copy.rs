@@ -7,13 +7,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::control::{self, ControlState};
 use wanblk_blockdev::pool::Hedge;
-use wanblk_copy::{CopyOptions, Progress, Report, Sample};
+use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, Report};
+use wanblk_remote::{Remote, RemoteSummary};
 
 use crate::cmd::session::SessionArgs;
-use crate::location::{Location, open_destination, open_source};
+use crate::location::{Location, Opened, open_destination, open_source};
 use crate::units::parse_size;
 
 /// Copy a disk or image between any two locations.
@@ -23,10 +22,10 @@ use crate::units::parse_size;
 /// block device, `null:` (a sink; `null:SIZE` reads as zeroes), or
 /// `random:SIZE[:SEED]` (a source of pseudo-random data, for benchmarks).
 ///
-/// Network stores are reached over N parallel sessions. The copy is split
-/// into requests of `--request-size`; every session keeps `--requests` of
-/// them in flight and takes the next one as soon as one completes, so a slow
-/// connection never holds the others back.
+/// Network stores are reached over N parallel sessions. The copy is cut
+/// into requests of at most `--request-size`; every session keeps up to
+/// `--requests` of them in flight and takes the next one as soon as one
+/// completes, so a slow connection never holds the others back.
 ///
 /// A new destination file is written as FILE.wanblk-part and renamed when
 /// the copy completes; if the copy fails, the .wanblk-part file holds exactly
@@ -93,64 +92,105 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     rt.block_on(copy(args))
 }
 
-async fn copy(args: Args) -> anyhow::Result<()> {
-    let src_loc = Location::parse(&args.src).context("source")?;
-    let dst_loc = Location::parse(&args.dst).context("destination")?;
-    // A copy writes every range exactly once, so a straggling write may be
-    // duplicated on an idle session as safely as a read.
-    let net = args.session.net_options(Hedge::ReadsAndWrites);
-    let started = Instant::now();
-    let cpu_start = wanblk_sys::process::self_cpu_time().unwrap_or_default();
-    let src = open_source(&src_loc, &net).await?;
-    let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
-    let dst = open_destination(&dst_loc, size, &net).await?;
-    let mut notes: Vec<String> = src.notes.iter().chain(&dst.notes).cloned().collect();
-    for n in &notes {
-        eprintln!("wanblk: note: {n}");
-    }
-    let pools: Vec<_> = [&src.pool, &dst.pool].into_iter().flatten().cloned().collect();
-    if pools.is_empty() && args.session.is_auto() {
-        tracing::info!("no network store: nothing to tune");
+/// Wall-clock and CPU time since the copy started.
+struct Clock {
+    started: Instant,
+    cpu: (Duration, Duration),
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock { started: Instant::now(), cpu: wanblk_sys::process::self_cpu_time().unwrap_or_default() }
     }
 
+    /// Seconds, and user and system CPU seconds, so far.
+    fn read(&self) -> (f64, f64, f64) {
+        let cpu = wanblk_sys::process::self_cpu_time().unwrap_or_default();
+        (
+            self.started.elapsed().as_secs_f64(),
+            cpu.0.saturating_sub(self.cpu.0).as_secs_f64(),
+            cpu.1.saturating_sub(self.cpu.1).as_secs_f64(),
+        )
+    }
+}
+
+async fn copy(args: Args) -> anyhow::Result<()> {
+    let clock = Clock::start();
+    let mut remote = Remote::new(remote_options(&args));
+    let (src, dst, size) = open(&args, &mut remote).await?;
     let progress = Arc::new(Progress::default());
     progress.total.store(size, Ordering::Relaxed);
-    let state = Arc::new(ControlState::default());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let control_cfg = args.session.controller_config(!pools.is_empty());
-    let controller = {
-        let (pools, progress, state) = (pools.clone(), Arc::clone(&progress), Arc::clone(&state));
-        tokio::spawn(async move {
-            control::run(pools, move || progress.data.load(Ordering::Relaxed), control_cfg, state, stop_rx)
-                .await
-        })
-    };
-    let tcp_logger = args
-        .tcp_log
-        .as_ref()
-        .map(|path| crate::tcplog::spawn(path.clone(), pools.clone(), started, stop_tx.subscribe()));
-    let bar = {
-        let state = Arc::clone(&state);
-        wanblk_copy::progress::Bar::start(Arc::clone(&progress), !args.no_progress, move || state.current_n())
-    };
-    // Pieces match the largest request after the pools fitted it to the
-    // servers' block sizes, so a piece is cut only when requests shrink.
-    let request_size =
-        pools.iter().map(|p| p.max_request_bytes()).min().unwrap_or(net.pool.max_request_bytes);
-    let slots = {
-        let pools = pools.clone();
-        let depth = net.pool.max_depth;
-        let piece = u64::from(request_size.max(1));
-        move || {
-            pools
-                .iter()
-                .map(|p| p.capacity_bytes().div_ceil(piece).max(1) as usize)
-                .max()
-                .unwrap_or(depth * 2)
+    let counted = Arc::clone(&progress);
+    remote.start(move || counted.data.load(Ordering::Relaxed))?;
+    let bar = wanblk_copy::progress::Bar::start(Arc::clone(&progress), !args.no_progress, remote.sessions());
+    let opts = copy_options(&args, &remote, &dst);
+    let piece = opts.max_request_bytes;
+    let slots = remote.slots(piece);
+    let result = wanblk_copy::copy(
+        Arc::clone(&src.endpoint),
+        Arc::clone(&dst.endpoint),
+        opts,
+        Arc::clone(&progress),
+        slots,
+    )
+    .await;
+    remote.stop().await;
+    bar.finish();
+    let (seconds, cpu_user_s, cpu_system_s) = clock.read();
+    let mut notes: Vec<String> = src.notes.iter().chain(&dst.notes).cloned().collect();
+    let commit = commit(&result, &dst, &mut notes).await;
+    let summary = remote.finish().await;
+    let mut report = report(&args, &src, &dst, &progress, summary);
+    for n in notes.into_iter().rev() {
+        if !report.notes.contains(&n) {
+            report.notes.insert(0, n);
         }
-    };
-    let opts = CopyOptions {
-        request_size,
+    }
+    (report.bytes, report.request_size) = (size, piece);
+    (report.seconds, report.cpu_user_s, report.cpu_system_s) = (seconds, cpu_user_s, cpu_system_s);
+    report.goodput_mbps = if seconds > 0.0 { report.data_bytes as f64 * 8.0 / seconds / 1e6 } else { 0.0 };
+    let outcome = outcome(result, commit, &dst, &mut report);
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing report {}", path.display()))?;
+    }
+    print_result(&outcome?, &report);
+    Ok(())
+}
+
+/// How to reach the network stores: a copy writes every range exactly
+/// once, so a straggling write may be duplicated on an idle session as
+/// safely as a read.
+fn remote_options(args: &Args) -> wanblk_remote::RemoteOptions {
+    wanblk_remote::RemoteOptions {
+        tcp_log: args.tcp_log.clone(),
+        ..args.session.remote_options(Hedge::ReadsAndWrites)
+    }
+}
+
+/// Opens the source and the destination (network stores through `remote`)
+/// and says what was adjusted. Returns them and the bytes to copy.
+async fn open(args: &Args, remote: &mut Remote) -> anyhow::Result<(Opened, Opened, u64)> {
+    let src_loc = Location::parse(&args.src).context("source")?;
+    let dst_loc = Location::parse(&args.dst).context("destination")?;
+    let src = open_source(&src_loc, remote).await?;
+    let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
+    let dst = open_destination(&dst_loc, size, remote).await?;
+    for n in src.notes.iter().chain(&dst.notes) {
+        eprintln!("wanblk: note: {n}");
+    }
+    if remote.pools().is_empty() && args.session.is_auto() {
+        tracing::info!("no network store: nothing to tune");
+    }
+    Ok((src, dst, size))
+}
+
+/// The copy engine's options. Its pieces are the largest request every
+/// store accepts, so a piece is cut only when the controller shrinks
+/// requests.
+fn copy_options(args: &Args, remote: &Remote, dst: &Opened) -> CopyOptions {
+    CopyOptions {
+        max_request_bytes: remote.max_request_bytes(),
         verify: args.verify,
         destination_is_zero: args.destination_is_zero || dst.known_zero,
         sparse: !args.no_sparse,
@@ -161,32 +201,18 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s)),
         ..CopyOptions::default()
-    };
-    let result = wanblk_copy::copy(
-        Arc::clone(&src.endpoint),
-        Arc::clone(&dst.endpoint),
-        opts,
-        Arc::clone(&progress),
-        slots,
-    )
-    .await;
-    let _ = stop_tx.send(true);
-    bar.finish();
-    match controller.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => notes.push(format!("tuner configuration rejected: {e}")),
-        Err(e) => notes.push(format!("controller failed: {e}")),
     }
-    if let Some(t) = tcp_logger {
-        match t.await {
-            Ok(Err(e)) => notes.push(format!("TCP log: {e:#}")),
-            Err(e) => notes.push(format!("TCP log task failed: {e}")),
-            Ok(Ok(())) => {}
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu_end = wanblk_sys::process::self_cpu_time().unwrap_or_default();
-    let commit = match &result {
+}
+
+/// After a complete copy: flush a new destination file and rename it into
+/// place. A copy stopped early leaves the file under its .wanblk-part name
+/// (noted).
+async fn commit(
+    result: &Result<CopyOutcome, CopyError>,
+    dst: &Opened,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    match result {
         Ok(out) if out.complete => dst.commit().await,
         Ok(out) => {
             if let Some((part, _)) = &dst.part {
@@ -199,46 +225,47 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Err(_) => Ok(()),
-    };
-    // Close sessions cleanly (NBD_CMD_DISC, iSCSI logout); errors here do
-    // not change the outcome of the copy.
-    for p in &pools {
-        if let Err(e) = p.close().await {
-            tracing::debug!("closing {}: {e}", p.name());
-        }
     }
-    for n in pools.iter().flat_map(|p| p.notes()) {
-        if !notes.contains(&n) {
-            notes.push(n);
-        }
-    }
-    let data_bytes = progress.data.load(Ordering::Relaxed);
-    let samples: Vec<Sample> = state.samples();
-    let mut report = Report {
+}
+
+/// The report of the copy so far: what the stores and the controller
+/// did; sizes, times and the outcome are filled in by the caller.
+fn report(args: &Args, src: &Opened, dst: &Opened, progress: &Progress, summary: RemoteSummary) -> Report {
+    Report {
         schema_version: wanblk_copy::report::SCHEMA_VERSION,
         source: src.endpoint.name().to_string(),
         destination: match &dst.part {
             Some((_, fin)) => fin.display().to_string(),
             None => dst.endpoint.name().to_string(),
         },
-        bytes: size,
-        seconds,
-        goodput_mbps: if seconds > 0.0 { data_bytes as f64 * 8.0 / seconds / 1e6 } else { 0.0 },
-        data_bytes,
+        bytes: 0,
+        seconds: 0.0,
+        goodput_mbps: 0.0,
+        data_bytes: progress.data.load(Ordering::Relaxed),
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
-        connections: state.current_n().max(1),
-        requests: net.pool.max_depth,
-        request_size,
-        samples,
+        connections: summary.sessions,
+        requests: args.session.requests as usize,
+        request_size: 0,
+        samples: summary.samples,
         sha256: None,
         complete: false,
-        tuning: state.tuning(),
-        cpu_user_s: cpu_end.0.saturating_sub(cpu_start.0).as_secs_f64(),
-        cpu_system_s: cpu_end.1.saturating_sub(cpu_start.1).as_secs_f64(),
-        notes: notes.clone(),
+        tuning: summary.tuning,
+        cpu_user_s: 0.0,
+        cpu_system_s: 0.0,
+        notes: summary.notes,
         error: None,
-    };
+    }
+}
+
+/// The copy's outcome, written into `report`: a failed copy says how far
+/// it got and where the bytes are.
+fn outcome(
+    result: Result<CopyOutcome, CopyError>,
+    commit: anyhow::Result<()>,
+    dst: &Opened,
+    report: &mut Report,
+) -> anyhow::Result<CopyOutcome> {
     let outcome = match result {
         Ok(out) => {
             report.sha256 = out.sha256.clone();
@@ -265,23 +292,22 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     if let Err(e) = &outcome {
         report.error = Some(format!("{e:#}"));
     }
-    if let Some(path) = &args.report {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n").with_context(|| format!("writing report {}", path.display()))?;
-    }
-    let out = outcome?;
+    outcome
+}
+
+/// One line on stderr; the sha256 on stdout with `--verify`.
+fn print_result(out: &CopyOutcome, report: &Report) {
     eprintln!(
         "wanblk: copied {} bytes ({} data, {} zeroed, {} skipped) in {:.2} s: {:.1} Mbit/s, {} connection(s)",
         out.bytes,
         out.data_bytes,
         out.zero_bytes,
         out.skipped_bytes,
-        seconds,
+        report.seconds,
         report.goodput_mbps,
         report.connections
     );
     if let Some(h) = &out.sha256 {
         println!("{h}");
     }
-    Ok(())
 }

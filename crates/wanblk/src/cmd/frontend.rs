@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::control::{self, ControlState};
-use wanblk_blockdev::pool::{Hedge, Pool};
+use wanblk_blockdev::pool::Hedge;
 use wanblk_frontend::FrontEnd;
+use wanblk_remote::Remote;
 
 use crate::cmd::session::SessionArgs;
-use crate::location::{Location, open_pool};
 use crate::units::parse_size;
 
 /// Cache, read-ahead and write-back options.
@@ -49,32 +48,21 @@ impl CacheArgs {
 /// A remote store opened as a tuned pool behind the front end.
 pub(crate) struct Opened {
     pub(crate) front: Arc<FrontEnd>,
-    pool: Arc<Pool>,
-    state: Arc<ControlState>,
-    stop: tokio::sync::watch::Sender<bool>,
-    controller: tokio::task::JoinHandle<()>,
+    remote: Remote,
 }
 
 impl Opened {
     /// Opens `uri` as `wanblk copy` opens a network store (`-C N|auto`...),
-    /// starts the tuning loop on it and puts the front end in front.
+    /// starts tuning it from the bytes its sessions complete and puts the
+    /// front end in front. Straggling reads are hedged, writes never (two
+    /// clients may write the same range).
     pub(crate) async fn open(uri: &str, session: &SessionArgs, cache: &CacheArgs) -> anyhow::Result<Opened> {
-        let loc = Location::parse(uri).context("store")?;
-        let net = session.net_options(Hedge::Reads);
-        let pool = open_pool(&loc, &net).await?;
-        for n in pool.notes() {
+        let mut remote = Remote::new(session.remote_options(Hedge::Reads));
+        let pool = remote.open(uri).await.context("store")?;
+        for n in remote.notes() {
             eprintln!("wanblk: note: {n}");
         }
-        let state = Arc::new(ControlState::default());
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let controller = {
-            let (p, st) = (Arc::clone(&pool), Arc::clone(&state));
-            let cfg = session.controller_config(true);
-            tokio::spawn(async move {
-                let counter = Arc::clone(&p);
-                let _ = control::run(vec![p], move || counter.completed_bytes(), cfg, st, stop_rx).await;
-            })
-        };
+        remote.start(remote.pool_progress())?;
         let inner: Arc<dyn Endpoint> = pool.clone();
         let front = Arc::new(FrontEnd::new(inner, cache.config()));
         if tracing::enabled!(target: "wanblk::frontend", tracing::Level::DEBUG) {
@@ -88,7 +76,7 @@ impl Opened {
                 }
             });
         }
-        Ok(Opened { front, pool, state, stop, controller })
+        Ok(Opened { front, remote })
     }
 
     /// Writes back everything pending, stops tuning and closes the sessions.
@@ -97,16 +85,13 @@ impl Opened {
     /// Pending writes could not be written back (they are lost).
     pub(crate) async fn finish(self) -> anyhow::Result<()> {
         let closed = self.front.close().await;
-        let _ = self.stop.send(true);
-        let _ = self.controller.await;
-        if let Some(last) = self.state.samples().last() {
+        let summary = self.remote.finish().await;
+        if let Some(last) = summary.samples.last() {
             eprintln!(
                 "wanblk: served with N = {} (last interval {:.1} Mbit/s)",
-                self.state.current_n(),
-                last.goodput_mbps
+                summary.sessions, last.goodput_mbps
             );
         }
-        drop(self.pool);
         closed.context("writing back pending writes")
     }
 }

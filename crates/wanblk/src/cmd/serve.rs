@@ -22,7 +22,7 @@ use crate::cmd::target::ServeArgs;
 /// (`--write-back-limit`) and sent in large requests; a flush (or a FUA
 /// write) returns once the remote has every earlier write, so a crash of
 /// wanblk loses only writes no flush covered, like a disk's volatile cache.
-/// Requests are split into chunks and carried over the active sessions;
+/// They are cut into requests and carried over the active sessions;
 /// with `-C auto` N is tuned from the goodput of what the clients actually
 /// do. Straggling reads are duplicated on idle sessions; writes never are.
 /// Runs until SIGINT or SIGTERM, then writes back what is pending. Each

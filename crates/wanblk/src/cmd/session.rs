@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use wanblk_blockdev::pool::{Hedge, PoolConfig};
-use wanblk_tune::{
-    ControllerConfig, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig,
-};
+use wanblk_blockdev::pool::Hedge;
+use wanblk_remote::{RemoteOptions, Sessions, Tuning};
+use wanblk_sys::tcp::TcpOptions;
+use wanblk_tune::IntervalChoice;
 
-use crate::location::NetOptions;
 use crate::units::parse_size;
 
 /// How many sessions to use.
@@ -167,53 +166,34 @@ impl SessionArgs {
         self.connections == Connections::Auto
     }
 
-    /// How to open network stores, with the given hedging policy.
-    pub(crate) fn net_options(&self, hedge: Hedge) -> NetOptions {
-        let (initial, max_sessions) = match self.connections {
-            Connections::Fixed(n) => (n, n),
-            Connections::Auto => (self.initial_connections.max(1), self.max_connections.max(1)),
-        };
-        NetOptions {
-            pool: PoolConfig {
-                initial_sessions: initial,
-                max_sessions,
-                max_depth: self.requests as usize,
-                max_request_bytes: self.request_size,
-                hedge,
-                ..PoolConfig::default()
-            },
-            tcp: wanblk_sys::tcp::TcpOptions { congestion: self.congestion.clone(), ..Default::default() },
-            structured_replies: !self.no_structured_replies,
-            iscsi_mcs: self.iscsi_mode == IscsiMode::Mcs,
-            iscsi_params: self.iscsi_params.clone(),
-        }
-    }
-
-    /// The controller's configuration; a tuner only with `auto` and
-    /// something to tune.
-    pub(crate) fn controller_config(&self, has_pools: bool) -> ControllerConfig {
-        let parallelism = match self.connections {
-            Connections::Fixed(n) => Parallelism::Fixed(n),
-            Connections::Auto if has_pools => {
-                let base = if self.paper_tuner { TunerConfig::paper() } else { TunerConfig::default() };
-                Parallelism::Tuned(TunerConfig {
-                    n0: self.initial_connections,
-                    n_max: self.max_connections,
-                    ..base
-                })
-            }
-            Connections::Auto => Parallelism::Fixed(1),
-        };
-        ControllerConfig {
-            parallelism,
-            size_requests: !self.paper_tuner && !self.fixed_requests,
-            interval: match self.interval {
-                IntervalArg::Every(d) => IntervalChoice::Fixed(d),
-                IntervalArg::Auto => {
-                    IntervalChoice::Auto(IntervalPolicy { min_interval_s: 0.25, ..IntervalPolicy::default() })
+    /// How to reach and tune network stores, with the given hedging policy.
+    pub(crate) fn remote_options(&self, hedge: Hedge) -> RemoteOptions {
+        RemoteOptions {
+            sessions: match self.connections {
+                Connections::Fixed(n) => Sessions::Fixed(n),
+                Connections::Auto => {
+                    Sessions::Auto { initial: self.initial_connections, max: self.max_connections }
                 }
             },
-            drain_wait_max: DRAIN_WAIT_MAX,
+            tuning: Tuning {
+                paper: self.paper_tuner,
+                size_requests: !self.fixed_requests,
+                interval: match self.interval {
+                    IntervalArg::Every(d) => IntervalChoice::Fixed(d),
+                    IntervalArg::Auto => Tuning::default().interval,
+                },
+            },
+            max_depth: self.requests as usize,
+            max_request_bytes: self.request_size,
+            hedge,
+            tcp: TcpOptions { congestion: self.congestion.clone(), ..TcpOptions::default() },
+            structured_replies: !self.no_structured_replies,
+            iscsi_mode: match self.iscsi_mode {
+                IscsiMode::Sessions => wanblk_remote::IscsiMode::Sessions,
+                IscsiMode::Mcs => wanblk_remote::IscsiMode::Mcs,
+            },
+            iscsi_params: self.iscsi_params.clone(),
+            tcp_log: None,
         }
     }
 }

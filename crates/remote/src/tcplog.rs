@@ -1,44 +1,42 @@
-//! Per-connection TCP_INFO sampling to CSV (seed 003's monitoring of cwnd,
-//! RTT and socket queues, done from user space without kernel patches).
+//! Per-connection TCP_INFO sampling to CSV (cwnd, RTT, socket queues,
+//! congestion control), from user space without kernel patches.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-
-use crate::pool::Pool;
+use wanblk_blockdev::pool::Pool;
 
 /// The CSV header written first.
 pub const HEADER: &str = "t_s,pool,session,active,state,ca_state,cwnd,ssthresh,rtt_us,rttvar_us,min_rtt_us,\
 total_retrans,lost,unacked,notsent_bytes,bytes_acked,bytes_received,bytes_retrans,delivery_rate_Bps,\
 pacing_rate_Bps,snd_wnd,rcv_space,rwnd_limited_us,sndbuf_limited_us,congestion";
 
-/// Samples every session of `pools` every `period` into `path` until `stop`
-/// turns true. Pools are numbered in the order given.
+/// Samples every open session of `pools` every `period` into `path` until
+/// `stop` turns true. Pools are numbered in the order given.
 ///
 /// # Errors
 /// Creating or writing the file.
-pub async fn run(
-    path: PathBuf,
+pub(crate) async fn run(
+    path: &Path,
     pools: Vec<Arc<Pool>>,
     start: Instant,
     period: Duration,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(out, "{HEADER}")?;
     loop {
         let t = start.elapsed().as_secs_f64();
         for (p, pool) in pools.iter().enumerate() {
             for session in pool.snapshot().sessions.into_iter().filter(|s| !s.failed) {
-                let (s, active) = (session.index, session.active);
+                let (s, active) = (session.index, u8::from(session.active));
                 for i in session.tcp {
                     writeln!(
                         out,
-                        "{t:.3},{p},{s},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                        u8::from(active),
+                        "{t:.3},{p},{s},{active},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         i.state,
                         i.ca_state,
                         i.snd_cwnd,

@@ -1,0 +1,256 @@
+//! The network stores one command works on, as one object: [`Remote`].
+//!
+//! `wanblk copy`, `serve` and `mount` reach NBD and iSCSI stores the same
+//! way: a [`Remote`] opens each store as a session pool (the URI picks the
+//! driver, [`connector`]), then runs one controller for all of its pools
+//! (so a copy between two network stores tunes one N for both) and,
+//! if asked, the TCP log; at the end it stops them, closes every session
+//! and hands back what happened ([`RemoteSummary`]).
+//!
+//! A *session* is one NBD connection or one iSCSI session (or MC/S
+//! connection); a *pool* carries I/O over N sessions to one store; a
+//! `Remote` holds the pools of one command.
+//!
+//! I/O boundary: this crate owns the tokio tasks (the controller's loop,
+//! the TCP log); every decision is made by the sans-I/O
+//! [`wanblk_tune::Controller`], every byte moved by the pools.
+
+mod connect;
+mod drive;
+mod error;
+mod options;
+mod tcplog;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use wanblk_blockdev::Endpoint;
+use wanblk_blockdev::pool::Pool;
+use wanblk_tune::{Controller, IntervalSample, TuningReport};
+
+pub use connect::{Scheme, connector, is_remote};
+pub use error::RemoteError;
+pub use options::{RemoteOptions, Sessions, TCP_LOG_PERIOD, Tuning};
+pub use tcplog::HEADER as TCP_LOG_HEADER;
+pub use wanblk_iscsi::Mode as IscsiMode;
+
+/// The network stores of one command. See the crate docs.
+///
+/// Use: [`open`](Self::open) each store, [`start`](Self::start) the
+/// controller, do the I/O through the pools, [`stop`](Self::stop) the
+/// controller when the I/O is done, then [`finish`](Self::finish).
+pub struct Remote {
+    options: RemoteOptions,
+    pools: Vec<Arc<Pool>>,
+    started: Instant,
+    sessions: Arc<AtomicUsize>,
+    running: Option<Running>,
+    stopped: Option<Stopped>,
+}
+
+/// The tasks of a started [`Remote`].
+struct Running {
+    stop: watch::Sender<bool>,
+    controller: JoinHandle<Controller>,
+    tcp_log: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// What the tasks left behind.
+struct Stopped {
+    controller: Option<Controller>,
+    notes: Vec<String>,
+}
+
+/// What a [`Remote`] did, handed back by [`Remote::finish`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteSummary {
+    /// Active sessions per store at the end (1 without network stores).
+    pub sessions: usize,
+    /// Goodput per measurement interval.
+    pub samples: Vec<IntervalSample>,
+    /// The tuner's record (with [`Sessions::Auto`] and a network store).
+    pub tuning: Option<TuningReport>,
+    /// Adjustments and warnings (store limits, failed sessions, the TCP log).
+    pub notes: Vec<String>,
+    /// Per store, in the order opened.
+    pub stores: Vec<StoreSummary>,
+}
+
+/// What one store's pool did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSummary {
+    /// The store (URI without secrets).
+    pub name: String,
+    /// Payload bytes each session carried, by session index (failed
+    /// sessions included): how many sessions really carried data.
+    pub session_bytes: Vec<u64>,
+    /// Sessions retired after a connection failure.
+    pub failed_sessions: usize,
+    /// Straggling requests duplicated, and duplicates that answered first.
+    pub hedged: (u64, u64),
+}
+
+impl Remote {
+    /// No store open yet.
+    pub fn new(options: RemoteOptions) -> Remote {
+        Remote {
+            options,
+            pools: Vec::new(),
+            started: Instant::now(),
+            sessions: Arc::new(AtomicUsize::new(1)),
+            running: None,
+            stopped: None,
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RemoteOptions {
+        &self.options
+    }
+
+    /// Opens the store `uri` as a pool of sessions (its first sessions
+    /// connected) and keeps it; the pool is the store's [`Endpoint`].
+    ///
+    /// # Errors
+    /// Not a network store, a bad URI, or the first session fails.
+    pub async fn open(&mut self, uri: &str) -> Result<Arc<Pool>, RemoteError> {
+        let c = connector(uri, &self.options)?;
+        let pool = Arc::new(Pool::open(c, self.options.pool_config()).await?);
+        self.pools.push(Arc::clone(&pool));
+        Ok(pool)
+    }
+
+    /// The pools opened so far.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// Notes of the pools so far (store limits, adjusted request size).
+    pub fn notes(&self) -> Vec<String> {
+        self.pools.iter().flat_map(|p| p.notes()).collect()
+    }
+
+    /// The largest request every pool accepts (each fitted it to its
+    /// store), or the configured one without pools: the size the copy
+    /// engine cuts its pieces to.
+    pub fn max_request_bytes(&self) -> u32 {
+        self.pools.iter().map(|p| p.max_request_bytes()).min().unwrap_or(self.options.max_request_bytes)
+    }
+
+    /// How many pieces of `piece_bytes` keep the busiest pool's active
+    /// sessions busy now (at least 1; twice the depth without pools).
+    pub fn slots(&self, piece_bytes: u32) -> impl Fn() -> usize + Send + Sync + 'static {
+        let pools = self.pools.clone();
+        let without = self.options.max_depth.max(1) * 2;
+        let piece = u64::from(piece_bytes.max(1));
+        move || {
+            pools.iter().map(|p| p.capacity_bytes().div_ceil(piece).max(1) as usize).max().unwrap_or(without)
+        }
+    }
+
+    /// The active sessions per store now, for a progress display.
+    pub fn sessions(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let n = Arc::clone(&self.sessions);
+        move || n.load(Ordering::Relaxed)
+    }
+
+    /// A counter of the bytes the pools completed (for [`start`](Self::start)
+    /// when nothing else counts progress, as in `serve`).
+    pub fn pool_progress(&self) -> impl Fn() -> u64 + Send + 'static {
+        let pools = self.pools.clone();
+        move || pools.iter().map(|p| p.completed_bytes()).sum()
+    }
+
+    /// Starts the controller on every pool (and the TCP log if asked).
+    /// `completed` counts payload bytes of completed requests (monotonic);
+    /// without TCP counters goodput comes from it. Does nothing if already
+    /// started.
+    ///
+    /// # Errors
+    /// The tuner's configuration is invalid.
+    pub fn start(&mut self, completed: impl Fn() -> u64 + Send + 'static) -> Result<(), RemoteError> {
+        if self.running.is_some() || self.stopped.is_some() {
+            return Ok(());
+        }
+        let config = self.options.controller_config(!self.pools.is_empty());
+        let ctl = Controller::new(config, &drive::counters(&self.pools, completed()), Instant::now())?;
+        drive::apply(&self.pools, ctl.decision());
+        self.sessions.store(ctl.decision().active, Ordering::Relaxed);
+        let (stop, stop_rx) = watch::channel(false);
+        let tcp_log = self.options.tcp_log.clone().map(|path| {
+            let (pools, start, stop) = (self.pools.clone(), self.started, stop.subscribe());
+            tokio::spawn(async move { tcplog::run(&path, pools, start, TCP_LOG_PERIOD, stop).await })
+        });
+        let controller =
+            tokio::spawn(drive::run(ctl, self.pools.clone(), completed, Arc::clone(&self.sessions), stop_rx));
+        self.running = Some(Running { stop, controller, tcp_log });
+        Ok(())
+    }
+
+    /// Stops the controller (recording the last, partial interval) and the
+    /// TCP log; the pools stay open. Does nothing if not running.
+    pub async fn stop(&mut self) {
+        let Some(run) = self.running.take() else { return };
+        let _ = run.stop.send(true);
+        let mut notes = Vec::new();
+        let controller = match run.controller.await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!("controller failed: {e}"));
+                None
+            }
+        };
+        if let Some(t) = run.tcp_log {
+            let path = self.options.tcp_log.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            match t.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => notes.push(format!("TCP log: writing {path}: {e}")),
+                Err(e) => notes.push(format!("TCP log task failed: {e}")),
+            }
+        }
+        self.stopped = Some(Stopped { controller, notes });
+    }
+
+    /// Stops (if still running), closes every session cleanly (NBD_CMD_DISC,
+    /// iSCSI logout; failures to close only go to the debug log) and
+    /// returns what happened.
+    pub async fn finish(mut self) -> RemoteSummary {
+        self.stop().await;
+        for p in &self.pools {
+            if let Err(e) = p.close().await {
+                tracing::debug!("closing {}: {e}", p.name());
+            }
+        }
+        let Stopped { controller, notes: mut task_notes } =
+            self.stopped.take().unwrap_or(Stopped { controller: None, notes: Vec::new() });
+        let mut notes: Vec<String> = Vec::new();
+        for n in self.notes().into_iter().chain(task_notes.drain(..)) {
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+        }
+        let stores = self
+            .pools
+            .iter()
+            .map(|p| {
+                let s = p.snapshot();
+                StoreSummary {
+                    name: p.name().to_string(),
+                    session_bytes: s.sessions.iter().map(|x| x.completed_bytes).collect(),
+                    failed_sessions: s.failed(),
+                    hedged: (s.hedged, s.hedges_won),
+                }
+            })
+            .collect();
+        RemoteSummary {
+            sessions: controller.as_ref().map_or(1, |c| c.decision().active),
+            samples: controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default(),
+            tuning: controller.as_ref().and_then(Controller::tuning),
+            notes,
+            stores,
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! How to reach network stores and how to carry I/O to them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use wanblk_blockdev::pool::{Hedge, PoolConfig};
+use wanblk_sys::tcp::TcpOptions;
+use wanblk_tune::{
+    ControllerConfig, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig,
+};
+
+/// How many sessions each network store gets, as the user asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sessions {
+    /// Exactly this many.
+    Fixed(usize),
+    /// Tuned while running, starting at `initial`, never above `max`.
+    Auto {
+        /// First N tried.
+        initial: usize,
+        /// Largest N.
+        max: usize,
+    },
+}
+
+/// How N is tuned (with [`Sessions::Auto`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// The paper's tuner exactly ([`TunerConfig::paper`]), and no request
+    /// sizing.
+    pub paper: bool,
+    /// Size requests and depth to each session's share of the path
+    /// ([`wanblk_tune::request_plan`]); off keeps the largest ones.
+    pub size_requests: bool,
+    /// Measurement interval.
+    pub interval: IntervalChoice,
+}
+
+impl Default for Tuning {
+    /// Our tuner, request sizing, and the automatic interval (at least
+    /// 0.25 s).
+    fn default() -> Self {
+        Tuning {
+            paper: false,
+            size_requests: true,
+            interval: IntervalChoice::Auto(IntervalPolicy {
+                min_interval_s: 0.25,
+                ..IntervalPolicy::default()
+            }),
+        }
+    }
+}
+
+/// Everything about reaching network stores: the pool's shape, tuning,
+/// TCP options, and the NBD and iSCSI options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteOptions {
+    /// Sessions per store.
+    pub sessions: Sessions,
+    /// Tuning of N (with [`Sessions::Auto`]) and of the request size.
+    pub tuning: Tuning,
+    /// Most requests in flight per session.
+    pub max_depth: usize,
+    /// Largest request on the wire, bytes.
+    pub max_request_bytes: u32,
+    /// Which straggling requests idle sessions may duplicate.
+    pub hedge: Hedge,
+    /// Options of every TCP connection.
+    pub tcp: TcpOptions,
+    /// NBD: ask for structured replies (and block status).
+    pub structured_replies: bool,
+    /// iSCSI: one session per parallel session, or connections in one (MC/S).
+    pub iscsi_mode: crate::IscsiMode,
+    /// iSCSI login key overrides.
+    pub iscsi_params: Vec<(String, String)>,
+    /// Write every session's TCP_INFO as CSV to this file every
+    /// [`TCP_LOG_PERIOD`](crate::TCP_LOG_PERIOD).
+    pub tcp_log: Option<PathBuf>,
+}
+
+impl Default for RemoteOptions {
+    /// `-C auto` (4 to 64 sessions), 4 requests of 4 MiB per session,
+    /// straggling reads hedged, system TCP defaults, structured replies,
+    /// iSCSI sessions.
+    fn default() -> Self {
+        RemoteOptions {
+            sessions: Sessions::Auto { initial: 4, max: 64 },
+            tuning: Tuning::default(),
+            max_depth: 4,
+            max_request_bytes: 4 << 20,
+            hedge: Hedge::Reads,
+            tcp: TcpOptions::default(),
+            structured_replies: true,
+            iscsi_mode: wanblk_iscsi::Mode::Sessions,
+            iscsi_params: Vec::new(),
+            tcp_log: None,
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// The shape of every pool.
+    pub fn pool_config(&self) -> PoolConfig {
+        let (initial_sessions, max_sessions) = match self.sessions {
+            Sessions::Fixed(n) => (n, n),
+            Sessions::Auto { initial, max } => (initial, max),
+        };
+        PoolConfig {
+            initial_sessions,
+            max_sessions,
+            max_depth: self.max_depth,
+            max_request_bytes: self.max_request_bytes,
+            hedge: self.hedge,
+            ..PoolConfig::default()
+        }
+    }
+
+    /// The controller's configuration: a tuner only with
+    /// [`Sessions::Auto`] and something to tune.
+    pub fn controller_config(&self, has_pools: bool) -> ControllerConfig {
+        let parallelism = match self.sessions {
+            Sessions::Fixed(n) => Parallelism::Fixed(n),
+            Sessions::Auto { initial, max } if has_pools => {
+                let base = if self.tuning.paper { TunerConfig::paper() } else { TunerConfig::default() };
+                Parallelism::Tuned(TunerConfig { n0: initial, n_max: max, ..base })
+            }
+            Sessions::Auto { .. } => Parallelism::Fixed(1),
+        };
+        ControllerConfig {
+            parallelism,
+            interval: self.tuning.interval,
+            size_requests: self.tuning.size_requests && !self.tuning.paper,
+            drain_wait_max: DRAIN_WAIT_MAX,
+        }
+    }
+}
+
+/// How often the TCP log samples the sessions.
+pub const TCP_LOG_PERIOD: Duration = Duration::from_millis(100);
