@@ -124,6 +124,10 @@ pub struct Decision {
 /// Where the controller is between two calls.
 #[derive(Debug, Clone, Copy)]
 enum State {
+    /// A decision was just made: the next interval starts at the next call,
+    /// with counters read after the pools applied it (which sessions are
+    /// active, and their RTT, depend on it).
+    Starting { at: Instant },
     /// After a decrease: waiting for the deactivated sessions to finish
     /// their requests before the warm-up interval starts.
     Draining { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
@@ -155,8 +159,9 @@ pub struct Controller {
 
 impl Controller {
     /// A controller starting at `now` on pools that read `counters` now.
-    /// [`decision`](Self::decision) says what to apply before the first
-    /// interval.
+    /// [`decision`](Self::decision) says what to apply; then call
+    /// [`on_timeout`](Self::on_timeout) (its timeout is `now`) to start the
+    /// first interval.
     ///
     /// # Errors
     /// A tuner configuration the tuner rejects.
@@ -191,12 +196,11 @@ impl Controller {
             last_goodput: f64::NAN,
             best_goodput: 0.0,
             decreased: false,
-            state: State::Measuring { began: now, end: now, rtt_s: 0.0, drain_wait_s: 0.0 },
+            state: State::Starting { at: now },
             samples: Vec::new(),
             config,
         };
         c.size_requests(0.0);
-        c.begin_interval(now, counters);
         Ok(c)
     }
 
@@ -209,6 +213,7 @@ impl Controller {
     /// interval, or the next look at draining sessions.
     pub fn poll_timeout(&self) -> Instant {
         match self.state {
+            State::Starting { at } => at,
             State::Draining { next_poll, .. } => next_poll,
             State::Measuring { end, .. } => end,
         }
@@ -216,12 +221,18 @@ impl Controller {
 
     /// Called at (or after) [`poll_timeout`](Self::poll_timeout) with the
     /// pools' counters. Returns a decision when the pools should change;
-    /// earlier calls do nothing.
+    /// earlier calls do nothing. After an interval closes the controller
+    /// asks to be called again at once, with counters read after the
+    /// decision was applied, to start the next one.
     pub fn on_timeout(&mut self, now: Instant, counters: &Counters) -> Option<Decision> {
         if now < self.poll_timeout() {
             return None;
         }
         match self.state {
+            State::Starting { .. } => {
+                self.begin_interval(now, counters);
+                None
+            }
             State::Draining { began, rtt_s, length, .. } => {
                 let waited = now.saturating_duration_since(began);
                 if counters.draining() > 0 && waited < self.config.drain_wait_max {
@@ -240,7 +251,7 @@ impl Controller {
                 }
                 let before = self.decision;
                 self.sample(now, counters, rtt_s, drain_wait_s, false);
-                self.begin_interval(now, counters);
+                self.state = State::Starting { at: now };
                 (self.decision != before).then_some(self.decision)
             }
         }
@@ -250,6 +261,7 @@ impl Controller {
     /// driver stops at `now`.
     pub fn finish(&mut self, now: Instant, counters: &Counters) {
         let (rtt_s, drain_wait_s) = match self.state {
+            State::Starting { .. } => (counters.max_rtt_s(), 0.0),
             State::Draining { began, rtt_s, .. } => {
                 (rtt_s, now.saturating_duration_since(began).as_secs_f64())
             }
@@ -289,8 +301,9 @@ impl Controller {
         let length = match self.config.interval {
             IntervalChoice::Fixed(d) => d,
             IntervalChoice::Auto(policy) => {
-                // TCP counters see bytes in flight: round trips are enough.
-                let policy = if counters.tcp_complete() {
+                // TCP counters see bytes in flight: round trips are enough
+                // (and without pools there are no requests to wait for).
+                let policy = if counters.tcp_complete() || !self.has_pools {
                     IntervalPolicy { requests_per_session: 0.0, ..policy }
                 } else {
                     policy
@@ -397,5 +410,55 @@ impl Controller {
     /// Request size and depth as a sample records them (0 without pools).
     fn shape(&self) -> (u32, usize) {
         if self.has_pools { (self.decision.request_bytes, self.decision.depth) } else { (0, 0) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pools(max_sessions: usize) -> Counters {
+        let limits =
+            PoolLimits { max_sessions, max_request_bytes: 1 << 20, request_align: 512, max_depth: 4 };
+        Counters { completed_bytes: 0, pools: vec![PoolCounters { limits, sessions: Vec::new() }] }
+    }
+
+    #[test]
+    fn n_is_clamped_to_what_every_pool_accepts() {
+        let now = Instant::now();
+        let tuned = Parallelism::Tuned(TunerConfig { n0: 8, n_max: 64, ..TunerConfig::default() });
+        let c = Controller::new(ControllerConfig::new(tuned), &pools(4), now).unwrap();
+        assert_eq!(c.decision().active, 4);
+        assert_eq!(c.tuner().unwrap().config().n_max, 4);
+        let c = Controller::new(ControllerConfig::new(Parallelism::Fixed(10)), &pools(3), now).unwrap();
+        assert_eq!(c.decision(), Decision { active: 3, request_bytes: 1 << 20, depth: 4 });
+        let c = Controller::new(ControllerConfig::new(Parallelism::Fixed(0)), &pools(3), now).unwrap();
+        assert_eq!(c.decision().active, 1);
+        let bad = Parallelism::Tuned(TunerConfig { alpha: 0.5, ..TunerConfig::default() });
+        assert!(Controller::new(ControllerConfig::new(bad), &pools(3), now).is_err());
+    }
+
+    #[test]
+    fn without_pools_only_completions_are_sampled() {
+        let now = Instant::now();
+        let policy = IntervalPolicy { min_interval_s: 0.25, ..IntervalPolicy::default() };
+        let config = ControllerConfig {
+            interval: IntervalChoice::Auto(policy),
+            ..ControllerConfig::new(Parallelism::Fixed(1))
+        };
+        let mut c = Controller::new(config, &Counters::default(), now).unwrap();
+        assert_eq!(c.poll_timeout(), now, "the first interval starts at the first call");
+        assert_eq!(c.on_timeout(now, &Counters::default()), None);
+        let t = c.poll_timeout();
+        assert_eq!(t - now, Duration::from_millis(250));
+        let done = Counters { completed_bytes: 1 << 20, pools: Vec::new() };
+        assert_eq!(c.on_timeout(t - Duration::from_millis(1), &done), None, "too early: nothing happens");
+        assert_eq!(c.samples().len(), 0);
+        assert_eq!(c.on_timeout(t, &done), None, "a fixed N without pools decides nothing");
+        let s = c.samples()[0];
+        assert!((s.completed_mbps - 8.0 * 1048576.0 / 0.25 / 1e6).abs() < 1e-6, "{s:?}");
+        assert!(!s.from_tcp && (s.request_bytes, s.depth) == (0, 0));
+        c.finish(t + Duration::from_millis(100), &done);
+        assert!(c.samples()[1].discarded && c.samples()[1].completed_mbps == 0.0);
     }
 }
