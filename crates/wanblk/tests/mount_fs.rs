@@ -37,21 +37,15 @@ fn require_root() -> std::sync::MutexGuard<'static, ()> {
     guard
 }
 
-/// Runs a command with a time limit; returns its stdout or panics with stderr.
+/// Runs a command with a time limit (killed by PID after 120 s); returns
+/// its stdout or panics with stderr.
 fn sh(args: &[&str]) -> String {
-    let out = Command::new("timeout").arg("120").args(args).output().expect("run command");
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    wanblk_testkit::run(Command::new(args[0]).args(&args[1..]))
 }
 
-/// Best-effort cleanup command (never panics).
+/// Best-effort cleanup command (never panics; killed by PID after 30 s).
 fn try_sh(args: &[&str]) {
-    let _ = Command::new("timeout").arg("30").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = wanblk_testkit::output_within(Command::new(args[0]).args(&args[1..]), Duration::from_secs(30));
 }
 
 /// A process of ours, stopped by PID (SIGTERM, SIGKILL after 10 s) on drop.

@@ -10,10 +10,16 @@ use common::{Tgt, pattern, within};
 use wanblk_blockdev::{Endpoint, ErrorKind};
 use wanblk_iscsi::IscsiConnector;
 
-async fn io_until_error(ep: Arc<wanblk_iscsi::IscsiEndpoint>) -> Vec<wanblk_blockdev::EndpointError> {
+/// Eight tasks write and read until an error; `done` counts the requests
+/// that completed, so the test knows I/O is under way.
+async fn io_until_error(
+    ep: Arc<wanblk_iscsi::IscsiEndpoint>,
+    done: Arc<tokio::sync::watch::Sender<usize>>,
+) -> Vec<wanblk_blockdev::EndpointError> {
     let mut tasks = Vec::new();
     for i in 0..8u64 {
         let ep = Arc::clone(&ep);
+        let done = Arc::clone(&done);
         tasks.push(tokio::spawn(async move {
             let d = pattern(4 << 20, i);
             loop {
@@ -21,9 +27,11 @@ async fn io_until_error(ep: Arc<wanblk_iscsi::IscsiEndpoint>) -> Vec<wanblk_bloc
                 if let Err(e) = ep.write(off, d.clone(), false).await {
                     return e;
                 }
+                done.send_modify(|n| *n += 1);
                 if let Err(e) = ep.read(off, 4 << 20).await {
                     return e;
                 }
+                done.send_modify(|n| *n += 1);
             }
         }));
     }
@@ -32,6 +40,18 @@ async fn io_until_error(ep: Arc<wanblk_iscsi::IscsiEndpoint>) -> Vec<wanblk_bloc
         errs.push(within(90, t).await.unwrap());
     }
     errs
+}
+
+/// Starts [`io_until_error`] and returns once 8 requests have completed
+/// (the target is then busy with the next ones).
+async fn start_io(
+    ep: &Arc<wanblk_iscsi::IscsiEndpoint>,
+) -> tokio::task::JoinHandle<Vec<wanblk_blockdev::EndpointError>> {
+    let done = Arc::new(tokio::sync::watch::Sender::new(0usize));
+    let mut rx = done.subscribe();
+    let run = tokio::spawn(io_until_error(Arc::clone(ep), done));
+    within(60, rx.wait_for(|n| *n >= 8)).await.expect("I/O under way");
+    run
 }
 
 fn check(errs: &[wanblk_blockdev::EndpointError]) {
@@ -55,8 +75,7 @@ async fn tgtd_killed_during_io() {
     let ep = within(30, IscsiConnector::parse(&tgt.uri("iqn.2024-01.test:die")).unwrap().connect_endpoint())
         .await
         .unwrap();
-    let run = tokio::spawn(io_until_error(Arc::clone(&ep)));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let run = start_io(&ep).await;
     tgt.kill();
     let errs = within(90, run).await.unwrap();
     check(&errs);
@@ -75,8 +94,7 @@ async fn target_deleted_during_io() {
     let ep = within(30, IscsiConnector::parse(&tgt.uri("iqn.2024-01.test:del")).unwrap().connect_endpoint())
         .await
         .unwrap();
-    let run = tokio::spawn(io_until_error(Arc::clone(&ep)));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let run = start_io(&ep).await;
     tgt.delete_target(1);
     let errs = within(90, run).await.unwrap();
     check(&errs);

@@ -3,44 +3,48 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use async_trait::async_trait;
 use bytes::Bytes;
 use common::*;
+use std::sync::Arc;
 use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 use wanblk_blockdev::{Capabilities, Endpoint, ErrorKind, Result};
 use wanblk_nbd::ServeOptions;
 
-/// Memory whose reads at offset 0 take a second.
-struct SlowAtZero(MemoryEndpoint);
+/// Memory whose reads at offset 0 wait until the test lets them go, and
+/// say when they arrived.
+struct HeldAtZero {
+    mem: MemoryEndpoint,
+    arrived: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
 
 #[async_trait]
-impl Endpoint for SlowAtZero {
+impl Endpoint for HeldAtZero {
     fn name(&self) -> &str {
-        "slow"
+        "held"
     }
     fn size(&self) -> u64 {
-        self.0.size()
+        self.mem.size()
     }
     fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+        self.mem.capabilities()
     }
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         if offset == 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.arrived.notify_one();
+            let _ = self.release.acquire().await;
         }
-        self.0.read(offset, len).await
+        self.mem.read(offset, len).await
     }
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
-        self.0.write(offset, data, fua).await
+        self.mem.write(offset, data, fua).await
     }
     async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
-        self.0.write_zeroes(offset, len, may_trim).await
+        self.mem.write_zeroes(offset, len, may_trim).await
     }
     async fn trim(&self, offset: u64, len: u64) -> Result<()> {
-        self.0.trim(offset, len).await
+        self.mem.trim(offset, len).await
     }
     async fn flush(&self) -> Result<()> {
         Ok(())
@@ -49,23 +53,25 @@ impl Endpoint for SlowAtZero {
 
 #[tokio::test]
 async fn replies_come_back_out_of_order() {
-    let srv = TestServer::start(
-        Arc::new(SlowAtZero(MemoryEndpoint::new("m", 1 << 20, Fill::Zero))),
-        ServeOptions::default(),
-    )
-    .await;
+    let backend = Arc::new(HeldAtZero {
+        mem: MemoryEndpoint::new("m", 1 << 20, Fill::Zero),
+        arrived: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    let srv = TestServer::start(backend.clone(), ServeOptions::default()).await;
     let s = Arc::new(connect(&srv.uri).await);
-    let slow = {
+    let held = {
         let s = s.clone();
         tokio::spawn(async move { s.read(0, 4096).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // A later request on the same connection completes while the first waits.
-    let t = std::time::Instant::now();
-    within(5, s.read(4096, 4096)).await.unwrap();
-    assert!(t.elapsed() < Duration::from_millis(500), "not blocked behind the slow read");
-    assert!(!slow.is_finished());
-    within(5, slow).await.unwrap().unwrap();
+    within(10, backend.arrived.notified()).await;
+    // A later request on the same connection completes while the first is
+    // held (behind it, it would never complete: the read at 0 waits for
+    // the test).
+    within(10, s.read(4096, 4096)).await.unwrap();
+    assert!(!held.is_finished(), "the held read answered before it was released");
+    backend.release.add_permits(1);
+    within(10, held).await.unwrap().unwrap();
 }
 
 #[tokio::test]

@@ -29,9 +29,8 @@ fn queue_drops_match_tcp_retransmits() {
             &IperfRun { flows: 2, cc: Some("reno".into()), seconds: 8, omit: 0, ..IperfRun::default() },
         )
         .unwrap();
-        // Let the last retransmissions and the FIN exchange pass the emulator.
-        std::thread::sleep(Duration::from_millis(300));
-        let st = sc.stats().unwrap();
+        // The last retransmissions and the FIN exchange pass the emulator.
+        let st = common::quiet(&sc);
         let drops = (st.fwd.model.queue_drops - before.fwd.model.queue_drops) as i64;
         let back_drops = st.back.model.queue_drops - before.back.model.queue_drops;
         let retrans = r.retransmits as i64;

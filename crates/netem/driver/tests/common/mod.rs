@@ -105,3 +105,35 @@ pub fn rx_bytes(sc: &Scenario, side: Side, dev: &str) -> u64 {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
     v[0]["stats64"]["rx"]["bytes"].as_u64().expect("rx bytes")
 }
+
+/// Waits until no packet has entered the emulator (either way) for 150 ms,
+/// and returns the counters then.
+///
+/// # Panics
+/// The path is still busy after 10 s.
+pub fn quiet(sc: &Scenario) -> wanblk_netem::Stats {
+    let arrived = |st: &wanblk_netem::Stats| st.fwd.model.in_packets + st.back.model.in_packets;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = sc.stats().expect("emulator stats");
+    let mut still = 0;
+    while still < 3 {
+        assert!(std::time::Instant::now() < deadline, "packets still pass the emulator after 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+        let st = sc.stats().expect("emulator stats");
+        still = if arrived(&st) == arrived(&last) { still + 1 } else { 0 };
+        last = st;
+    }
+    last
+}
+
+/// UDP datagrams the kernel of `side`'s namespace dropped on receipt
+/// (`Udp: InErrors` of /proc/net/snmp: full socket buffers, when the
+/// receiving program is starved on a busy machine).
+pub fn udp_in_errors(sc: &Scenario, side: Side) -> u64 {
+    let out = exec(sc, side, Command::new("cat").arg("/proc/net/snmp"), Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next().unwrap_or_default(), udp.next().unwrap_or_default());
+    let col = names.split_whitespace().position(|n| n == "InErrors").expect("Udp InErrors in /proc/net/snmp");
+    values.split_whitespace().nth(col).and_then(|v| v.parse().ok()).expect("a number")
+}
