@@ -104,7 +104,11 @@ impl Streams {
         });
         let found = self.list.iter_mut().find(|s| {
             if s.active() {
-                start + ACTIVE_BEHIND >= s.next && start <= s.issued_until.max(s.next) + CANDIDATE_SLACK
+                // Anywhere in the window ahead: a large read (dd bs=10M)
+                // makes the kernel send ten 1 MiB requests at once, and
+                // they may pass the prefetch when the cache holds it back.
+                start + ACTIVE_BEHIND >= s.next
+                    && start <= s.issued_until.max(s.next) + s.window.max(CANDIDATE_SLACK)
             } else {
                 start + CANDIDATE_SLACK >= s.next && start <= s.next + CANDIDATE_SLACK
             }
@@ -212,6 +216,21 @@ mod tests {
             t.maybe_grow(id, true, 128 * MIB);
         }
         assert_eq!(t.get_mut(id).map(|s| s.window), Some(128 * MIB));
+    }
+
+    #[test]
+    fn reads_anywhere_in_the_window_stay_in_the_stream() {
+        let mut t = Streams::new(2);
+        for i in 0..3u64 {
+            t.on_read(i * MIB, (i + 1) * MIB, 0, 16 * MIB);
+        }
+        // Parallel requests of one large read, far past what was prefetched.
+        for k in [9u64, 4, 12, 7] {
+            let o = 3 * MIB + k * MIB;
+            assert!(t.on_read(o, o + MIB, 1, 16 * MIB).active.is_some(), "read at {k} MiB ahead");
+        }
+        // Beyond the window it is another stream.
+        assert!(t.on_read(200 * MIB, 201 * MIB, 2, 16 * MIB).active.is_none());
     }
 
     #[test]

@@ -16,6 +16,8 @@ use crate::cmd::session::SessionArgs;
 
 /// How often the command checks whether the mount was removed from outside.
 const POLL: Duration = Duration::from_millis(200);
+/// Unmount attempts, POLL apart, before a busy mount point is reported.
+const BUSY_RETRIES: usize = 25;
 
 /// Arguments of `wanblk mount`.
 #[derive(Debug, clap::Args)]
@@ -117,7 +119,17 @@ async fn mount(args: Args) -> anyhow::Result<()> {
         if let Err(e) = opened.front.flush().await {
             eprintln!("wanblk: writing back before unmount failed: {e}");
         }
-        match unmount(&args.mountpoint) {
+        // A loop device just detached (`losetup -d`) lets go of the file a
+        // moment later: try for a few seconds before calling it busy.
+        let mut result = unmount(&args.mountpoint);
+        for _ in 0..BUSY_RETRIES {
+            if result.is_ok() {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+            result = unmount(&args.mountpoint);
+        }
+        match result {
             Ok(()) => break,
             Err(e) => eprintln!("wanblk: {e}"),
         }
