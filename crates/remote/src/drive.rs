@@ -41,6 +41,7 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
                 }),
             })
             .collect(),
+        idle_slot_us: Some(p.idle_slot_us),
     }
 }
 

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::Pool;
-use wanblk_tune::{Controller, IntervalSample, TuningReport};
+use wanblk_tune::{Controller, DemandSample, IntervalSample, TuningReport};
 
 pub use connect::{Scheme, connector, is_remote};
 pub use error::RemoteError;
@@ -71,6 +71,9 @@ pub struct RemoteSummary {
     pub sessions: usize,
     /// Goodput per measurement interval.
     pub samples: Vec<IntervalSample>,
+    /// Demand against capacity per interval (the share of the time request
+    /// slots were busy; intervals the application paced were kept from the tuner).
+    pub demand: Vec<DemandSample>,
     /// The tuner's record (with [`Sessions::Auto`] and a network store).
     pub tuning: Option<TuningReport>,
     /// Adjustments and warnings (store limits, failed sessions, the TCP log).
@@ -248,6 +251,7 @@ impl Remote {
         RemoteSummary {
             sessions: controller.as_ref().map_or(1, |c| c.decision().active),
             samples: controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default(),
+            demand: controller.as_ref().map(|c| c.demand().to_vec()).unwrap_or_default(),
             tuning: controller.as_ref().and_then(Controller::tuning),
             notes,
             stores,

@@ -6,7 +6,8 @@ use std::time::Duration;
 use wanblk_blockdev::pool::{Hedge, PoolConfig};
 use wanblk_sys::tcp::TcpOptions;
 use wanblk_tune::{
-    ControllerConfig, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig,
+    ControllerConfig, DEMAND_LIMITED, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism,
+    TunerConfig,
 };
 
 /// How many sessions each network store gets, as the user asked.
@@ -131,6 +132,8 @@ impl RemoteOptions {
             interval: self.tuning.interval,
             size_requests: self.tuning.size_requests && !self.tuning.paper,
             drain_wait_max: DRAIN_WAIT_MAX,
+            // The paper's tuner sees every interval.
+            demand_limited: if self.tuning.paper { 0.0 } else { DEMAND_LIMITED },
         }
     }
 }

@@ -281,3 +281,48 @@ fn without_tcp_counters_an_interval_spans_several_requests() {
     show("fixed 250 ms", c.samples());
     assert!(far_off(&c, &sim) > 0, "the check above cannot fail");
 }
+
+/// 1 Gbit/s, 100 ms RTT, 512 KiB windows (about 5 MB/s per session: the
+/// path needs 20 or more); for the first 60 s the application asks for
+/// only 10 MB/s (a file system
+/// reading a little at a time), then for everything it can get. Goodput
+/// during the slow phase is the application's pace whatever N is: those
+/// intervals must not reach the tuner, which would otherwise open and close
+/// sessions searching a curve that is flat only because of the demand.
+/// When the demand comes, the search runs and reaches the path.
+#[test]
+fn low_demand_is_not_taken_for_a_bad_n() {
+    let path = FlowModel::new(1000.0, 100.0, 524_288.0);
+    let run = |demand_limited: f64| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now());
+        sim.set_demand(Some(10e6));
+        let mut c = start(ControllerConfig { demand_limited, ..tuned() }, &mut sim);
+        drive(&mut c, &mut sim, 60.0);
+        let slow = c.samples().len();
+        sim.set_demand(None);
+        drive(&mut c, &mut sim, 150.0);
+        (c, sim, slow)
+    };
+    let (c, sim, slow) = run(wanblk_tune::DEMAND_LIMITED);
+    show("demand detected", c.samples());
+    let demand = c.demand();
+    assert_eq!(demand.len(), c.samples().len(), "one demand entry per interval");
+    assert!(
+        demand[..slow].iter().all(|d| d.demand_limited),
+        "the slow phase is demand-limited: {:?}",
+        &demand[..slow]
+    );
+    assert!(c.samples()[..slow].iter().all(|s| s.discarded && s.n == TunerConfig::default().n0));
+    let busy_after: Vec<f64> = demand[slow..].iter().filter_map(|d| d.slots_busy).collect();
+    assert!(busy_after.iter().rev().take(5).all(|b| *b > 0.9), "then the slots are busy: {busy_after:?}");
+    let n = c.tuner().unwrap().current();
+    let (best, g) = sim.best_fixed(64);
+    assert!(sim.steady_goodput(n) >= 0.9 * g, "N = {n} after the demand came, best {best}");
+
+    // Without demand detection the tuner searches on the application's
+    // pace: N moves during the slow phase although no N is better or worse.
+    let (c, _, slow) = run(0.0);
+    show("demand not detected", c.samples());
+    let ns: std::collections::BTreeSet<usize> = c.samples()[..slow].iter().map(|s| s.n).collect();
+    assert!(ns.len() > 1, "the check above cannot fail: N stayed at {ns:?}");
+}

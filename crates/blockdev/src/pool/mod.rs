@@ -97,6 +97,9 @@ struct Shared {
     block_min: u32,
     connecting: AtomicUsize,
     completed_bytes: AtomicU64,
+    /// Microseconds open request slots of active sessions waited for work,
+    /// summed over the slots (demand against capacity).
+    idle_slot_us: AtomicU64,
     closed: AtomicBool,
     notes: Mutex<Vec<String>>,
     /// The most recent connection failure, quoted if reconnecting fails too.
@@ -209,6 +212,7 @@ impl Pool {
             block_min: min,
             connecting: AtomicUsize::new(0),
             completed_bytes: AtomicU64::new(0),
+            idle_slot_us: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             notes: Mutex::new(notes),
             last_failure: Mutex::new(None),

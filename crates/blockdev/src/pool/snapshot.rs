@@ -28,6 +28,9 @@ pub struct PoolSnapshot {
     pub depth: usize,
     /// Requests waiting in the queue.
     pub queued: usize,
+    /// Microseconds open request slots of active sessions waited for work
+    /// since the pool opened, summed over the slots.
+    pub idle_slot_us: u64,
     /// Straggling requests duplicated on another session.
     pub hedged: u64,
     /// Hedged requests the duplicate answered first.
@@ -92,6 +95,7 @@ impl Pool {
             request_bytes: self.request_bytes(),
             depth: sh.depth.load(Ordering::SeqCst),
             queued: lock(&sh.queue).len() + lock(&sh.ahead).len(),
+            idle_slot_us: sh.idle_slot_us.load(Ordering::Relaxed),
             hedged: sh.hedged.load(Ordering::Relaxed),
             hedges_won: sh.hedges_won.load(Ordering::Relaxed),
             sessions: sessions

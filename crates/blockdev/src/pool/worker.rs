@@ -35,16 +35,22 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
             }
             continue;
         }
+        let waiting = Instant::now();
         let job = tokio::select! {
             j = shared.pop() => match j { Some(j) => j, None => return },
             r = roles.changed() => { if r.is_err() { return } continue }
             _ = tokio::time::sleep(HEDGE_POLL), if hedging => {
                 match shared.straggler(session.index) {
                     Some(j) => j,
-                    None => continue,
+                    None => {
+                        shared.idle_slot_us.fetch_add(waiting.elapsed().as_micros() as u64, Ordering::Relaxed);
+                        continue;
+                    }
                 }
             }
         };
+        // An open slot with nothing to do: demand, not the path, set the pace.
+        shared.idle_slot_us.fetch_add(waiting.elapsed().as_micros() as u64, Ordering::Relaxed);
         if !shared.slot_open(&session, slot) || session.failed.load(Ordering::SeqCst) {
             if !job.hedge {
                 shared.push(job, true);

@@ -21,6 +21,11 @@ pub struct PoolCounters {
     pub limits: PoolLimits,
     /// Its open sessions (failed ones left out).
     pub sessions: Vec<SessionCounters>,
+    /// Microseconds the request slots of active sessions spent with
+    /// nothing to do, summed over the slots, since the pool opened
+    /// (monotonic; `None` if the pool does not measure it). Idle slots
+    /// mean the application, not the path, sets the pace.
+    pub idle_slot_us: Option<u64>,
 }
 
 /// The values a pool accepts in a [`Decision`](crate::Decision).
@@ -217,6 +222,7 @@ mod tests {
         let pool = |max_sessions, max_request_bytes, request_align, max_depth| PoolCounters {
             limits: PoolLimits { max_sessions, max_request_bytes, request_align, max_depth },
             sessions: Vec::new(),
+            idle_slot_us: None,
         };
         let l = PoolLimits::common(&[pool(64, 4 << 20, 512, 4), pool(8, 1 << 20, 4096, 16)]);
         assert_eq!(
@@ -239,7 +245,7 @@ mod tests {
         };
         let c = |sessions| Counters {
             completed_bytes: 0,
-            pools: vec![PoolCounters { limits: PoolLimits::default(), sessions }],
+            pools: vec![PoolCounters { limits: PoolLimits::default(), sessions, idle_slot_us: None }],
         };
         let mut m = TransportMeter::default();
         assert_eq!(m.delta(&c(vec![s(0, true, 100)])).unwrap().per_pool, vec![0]);

@@ -87,17 +87,22 @@ pub struct ControllerConfig {
     pub size_requests: bool,
     /// Longest wait for deactivated sessions to drain after a decrease.
     pub drain_wait_max: Duration,
+    /// An interval whose request slots were busy less than this share of
+    /// the time is demand-limited and not given to the tuner (0: every
+    /// interval is; see [`DEMAND_LIMITED`]).
+    pub demand_limited: f64,
 }
 
 impl ControllerConfig {
     /// `parallelism` with an automatic interval (the default policy),
-    /// request sizing, and a 3 s drain wait.
+    /// request sizing, a 3 s drain wait and demand detection.
     pub fn new(parallelism: Parallelism) -> Self {
         ControllerConfig {
             parallelism,
             interval: IntervalChoice::Auto(IntervalPolicy::default()),
             size_requests: true,
             drain_wait_max: DRAIN_WAIT_MAX,
+            demand_limited: DEMAND_LIMITED,
         }
     }
 }
@@ -106,6 +111,11 @@ impl ControllerConfig {
 pub const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
 /// How often the drain wait looks at the sessions.
 pub const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// An interval whose request slots were busy less than this share of the
+/// time was paced by the application, not by the path: its goodput says
+/// nothing about N, and the tuner does not see it (the default of
+/// [`ControllerConfig::demand_limited`]).
+pub const DEMAND_LIMITED: f64 = 0.5;
 /// Shortest interval, whatever the policy says (so time always moves).
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
@@ -119,6 +129,20 @@ pub struct Decision {
     pub request_bytes: u32,
     /// Requests in flight per active session.
     pub depth: usize,
+}
+
+/// Demand against capacity in one interval.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct DemandSample {
+    /// End of the interval, seconds since the controller started (as the
+    /// [`IntervalSample`] of the same interval).
+    pub t_s: f64,
+    /// Share of the interval the active sessions' request slots were busy
+    /// (the busiest pool); `None` if the pools do not measure it.
+    pub slots_busy: Option<f64>,
+    /// The application set the pace ([`DEMAND_LIMITED`]): the sample was
+    /// not given to the tuner.
+    pub demand_limited: bool,
 }
 
 /// Where the controller is between two calls.
@@ -155,6 +179,9 @@ pub struct Controller {
     decreased: bool,
     state: State,
     samples: Vec<IntervalSample>,
+    /// Idle slot time of each pool at the start of the interval.
+    last_idle: Vec<Option<u64>>,
+    demand: Vec<DemandSample>,
 }
 
 impl Controller {
@@ -198,6 +225,8 @@ impl Controller {
             decreased: false,
             state: State::Starting { at: now },
             samples: Vec::new(),
+            last_idle: counters.pools.iter().map(|p| p.idle_slot_us).collect(),
+            demand: Vec::new(),
             config,
         };
         c.size_requests(0.0);
@@ -276,6 +305,11 @@ impl Controller {
     /// Every interval measured so far.
     pub fn samples(&self) -> &[IntervalSample] {
         &self.samples
+    }
+
+    /// Demand against capacity, one entry per interval (as [`samples`](Self::samples)).
+    pub fn demand(&self) -> &[DemandSample] {
+        &self.demand
     }
 
     /// The tuner's record so far (`None` with a fixed N).
@@ -377,7 +411,13 @@ impl Controller {
         };
         self.last_t = now;
         self.last_completed = counters.completed_bytes;
-        if !last {
+        let slots_busy = self.slots_busy(counters, dt);
+        let demand_limited = slots_busy.is_some_and(|b| b < self.config.demand_limited);
+        self.demand.push(DemandSample { t_s: sample.t_s, slots_busy, demand_limited });
+        if !last && demand_limited && self.tuner.is_some() {
+            // Low demand, not a bad N: keep N and wait for real load.
+            sample.discarded = true;
+        } else if !last {
             self.last_goodput = goodput;
             if goodput.is_finite() {
                 self.best_goodput = self.best_goodput.max(goodput);
@@ -394,6 +434,23 @@ impl Controller {
         }
         (sample.request_bytes, sample.depth) = self.shape();
         self.samples.push(sample);
+    }
+
+    /// Share of the last `dt` seconds the request slots of the active
+    /// sessions were busy, for the busiest pool that measures it.
+    fn slots_busy(&mut self, counters: &Counters, dt: f64) -> Option<f64> {
+        let slots = (self.decision.active * self.decision.depth.max(1)) as f64;
+        let busy = counters
+            .pools
+            .iter()
+            .zip(&self.last_idle)
+            .filter_map(|(p, was)| {
+                let idle = p.idle_slot_us?.saturating_sub((*was)?) as f64 / 1e6;
+                (slots > 0.0 && dt > 0.0).then(|| (1.0 - idle / (slots * dt)).clamp(0.0, 1.0))
+            })
+            .fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))));
+        self.last_idle = counters.pools.iter().map(|p| p.idle_slot_us).collect();
+        busy
     }
 
     /// Sets the request size and depth of the decision for its N.
@@ -420,7 +477,10 @@ mod tests {
     fn pools(max_sessions: usize) -> Counters {
         let limits =
             PoolLimits { max_sessions, max_request_bytes: 1 << 20, request_align: 512, max_depth: 4 };
-        Counters { completed_bytes: 0, pools: vec![PoolCounters { limits, sessions: Vec::new() }] }
+        Counters {
+            completed_bytes: 0,
+            pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None }],
+        }
     }
 
     #[test]

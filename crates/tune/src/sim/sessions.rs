@@ -47,6 +47,12 @@ pub struct SessionSim {
     sessions: Vec<Session>,
     decision: Decision,
     completed: f64,
+    /// Bytes per second the application asks for (`None`: always more).
+    demand: Option<f64>,
+    /// Bytes asked for and not yet taken by a session.
+    asked: f64,
+    /// Idle time of the active sessions' request slots, summed, seconds.
+    idle_slot_s: f64,
 }
 
 impl SessionSim {
@@ -69,6 +75,29 @@ impl SessionSim {
                 depth: limits.max_depth,
             },
             completed: 0.0,
+            demand: None,
+            asked: 0.0,
+            idle_slot_s: 0.0,
+        }
+    }
+
+    /// The application asks for `bytes_per_s` from now on (`None`: it
+    /// always has more), queueing at most what the active sessions' slots
+    /// hold: an application that is slower than the path.
+    pub fn set_demand(&mut self, bytes_per_s: Option<f64>) {
+        self.demand = bytes_per_s;
+        self.asked = 0.0;
+    }
+
+    /// Takes one request's worth of the application's demand, if there is one.
+    fn take(demand: Option<f64>, asked: &mut f64, bytes: u32) -> bool {
+        match demand {
+            None => true,
+            Some(_) if *asked >= f64::from(bytes) => {
+                *asked -= f64::from(bytes);
+                true
+            }
+            Some(_) => false,
         }
     }
 
@@ -140,7 +169,11 @@ impl SessionSim {
             .collect();
         Counters {
             completed_bytes: self.completed as u64,
-            pools: vec![PoolCounters { limits: self.limits, sessions }],
+            pools: vec![PoolCounters {
+                limits: self.limits,
+                sessions,
+                idle_slot_us: Some((self.idle_slot_s * 1e6) as u64),
+            }],
         }
     }
 
@@ -214,14 +247,21 @@ impl SessionSim {
 
     fn tick(&mut self, dt: f64) {
         let d = self.decision;
+        if let Some(rate) = self.demand {
+            let most = (d.active * d.depth.max(1)) as f64 * f64::from(d.request_bytes);
+            self.asked = (self.asked + rate * dt).min(most);
+        }
         for s in &mut self.sessions {
             if s.active {
-                while s.requests.len() < d.depth.max(1) {
+                while s.requests.len() < d.depth.max(1)
+                    && Self::take(self.demand, &mut self.asked, d.request_bytes)
+                {
                     if s.requests.is_empty() && s.idle_s > IDLE_RESTART_S {
                         s.window = INITIAL_WINDOW_BYTES;
                     }
                     s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
                 }
+                self.idle_slot_s += d.depth.max(1).saturating_sub(s.requests.len()) as f64 * dt;
             }
         }
         let sending: Vec<usize> = self.sending().map(|(i, _)| i).collect();
@@ -241,7 +281,10 @@ impl SessionSim {
                 if front.1 <= 1e-6 {
                     self.completed += f64::from(front.0);
                     s.requests.pop_front();
-                    if s.active && s.requests.len() < d.depth.max(1) {
+                    if s.active
+                        && s.requests.len() < d.depth.max(1)
+                        && Self::take(self.demand, &mut self.asked, d.request_bytes)
+                    {
                         s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
                     }
                 }

@@ -92,6 +92,15 @@ impl Opened {
                 summary.sessions, last.goodput_mbps
             );
         }
+        let busy: Vec<f64> = summary.demand.iter().filter_map(|d| d.slots_busy).collect();
+        if !busy.is_empty() {
+            let limited = summary.demand.iter().filter(|d| d.demand_limited).count();
+            eprintln!(
+                "wanblk: the clients set the pace in {limited} of {} intervals (request slots busy {:.0}% of the time on average); N was tuned on the others",
+                summary.demand.len(),
+                100.0 * busy.iter().sum::<f64>() / busy.len() as f64
+            );
+        }
         closed.context("writing back pending writes")
     }
 }
