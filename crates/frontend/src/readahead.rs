@@ -24,7 +24,8 @@ pub(crate) const CONFIRM_READS: u32 = 3;
 /// start and still extend it.
 const CANDIDATE_SLACK: u64 = 256 * 1024;
 /// How far behind an active stream's expected next offset a read may start
-/// (parallel read-ahead requests of the kernel arrive out of order).
+/// at least (parallel read-ahead requests of the kernel arrive out of
+/// order); a stream's whole window behind it counts too.
 const ACTIVE_BEHIND: u64 = 8 << 20;
 /// A stream not read for this long (microseconds) is forgotten.
 const IDLE_US: u64 = 10_000_000;
@@ -107,7 +108,7 @@ impl Streams {
                 // Anywhere in the window ahead: a large read (dd bs=10M)
                 // makes the kernel send ten 1 MiB requests at once, and
                 // they may pass the prefetch when the cache holds it back.
-                start + ACTIVE_BEHIND >= s.next
+                start + s.window.max(ACTIVE_BEHIND) >= s.next
                     && start <= s.issued_until.max(s.next) + s.window.max(CANDIDATE_SLACK)
             } else {
                 start + CANDIDATE_SLACK >= s.next && start <= s.next + CANDIDATE_SLACK
@@ -224,8 +225,9 @@ mod tests {
         for i in 0..3u64 {
             t.on_read(i * MIB, (i + 1) * MIB, 0, 16 * MIB);
         }
-        // Parallel requests of one large read, far past what was prefetched.
-        for k in [9u64, 4, 12, 7] {
+        // Parallel requests of one large read, far past what was prefetched,
+        // in any order (the first ones then lie more than 8 MiB behind).
+        for k in [9u64, 4, 12, 7, 0, 1] {
             let o = 3 * MIB + k * MIB;
             assert!(t.on_read(o, o + MIB, 1, 16 * MIB).active.is_some(), "read at {k} MiB ahead");
         }
