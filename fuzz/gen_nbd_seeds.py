@@ -103,6 +103,19 @@ seeds["nbd_server_options"].update({
     "refused_meta_context_truncated": b"\xff" + opt(8) + opt(10, struct.pack(">I", 400) + b"disk"),
     "refused_info_request_counts": b"\xff" + opt(6, struct.pack(">I", 4) + b"disk" + struct.pack(">H", 300)),
 })
+# NBD_OPT_STARTTLS: with a first byte from 0x80 to 0xbf the client asks for
+# TLS and splits input into (byte & 0x3f) + 1 bytes; 0xa5 ends the first
+# piece right after the server's ACK (greeting 18 + reply 20 bytes).
+seeds["nbd_client_handshake"].update({
+    "starttls_go": b"\xa5" + greeting + opt_reply(5, 1) + go_ok,
+    "bad_starttls_injection": b"\xbf" + greeting + opt_reply(5, 1) + go_ok,
+    "bad_starttls_unsupported": b"\xa5" + greeting + opt_reply(5, 0x80000001),
+    "bad_starttls_oldstyle": b"\xa5" + struct.pack(">QQQI", NBDMAGIC, 0x420281861253, 1 << 20, 1) + bytes(124),
+})
+seeds["nbd_server_options"].update({
+    "starttls_then_go": b"\x10" + opt(5) + opt(8) + opt(7, struct.pack(">I", 4) + b"disk" + struct.pack(">H", 0)),
+    "bad_data_after_starttls": b"\xff" + opt(5) + opt(3),
+})
 seeds["nbd_server_requests"].update({
     "bad_write_above_max_payload": b"\xff" + request(0, 1, 1, 0, 1 << 30),
     "bad_request_magic": b"\xff" + struct.pack(">IHHQQI", 0xDEADBEEF, 0, 0, 1, 0, 512),

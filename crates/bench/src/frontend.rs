@@ -197,7 +197,7 @@ impl Bench<'_> {
         let listen = format!("{}:{PORT}", self.path.scenario().server_addr());
         let mut cmd = Command::new(self.exe);
         wanblk_sys::process::terminate_with_parent(&mut cmd);
-        cmd.args(["target", "--size", &DISK.to_string(), "--listen", &listen])
+        cmd.args(["target", "--size", &DISK.to_string(), "--listen", &listen, "--insecure"])
             .args(["--congestion", &self.path.spec().congestion])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

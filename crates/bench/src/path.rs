@@ -182,6 +182,8 @@ fn spawn_target(
         Side::Server,
         cmd.args(["target", "--size", &size.to_string(), "--fill", "random:1", "--discard-writes"])
             .args(["--listen", &listen, "--congestion", congestion])
+            // The emulated path is private to this machine (namespaces).
+            .arg("--insecure")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
     )?;

@@ -9,7 +9,7 @@ use crate::{RemoteError, RemoteOptions};
 /// The protocol of a network store's URI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
-    /// `nbd://`, `nbd+unix://` (and the TLS and vsock forms, refused when opened).
+    /// `nbd://`, `nbd+unix://`, `nbds://`, `nbds+unix://` (and vsock, refused when opened).
     Nbd,
     /// `iscsi://`.
     Iscsi,
@@ -48,10 +48,15 @@ pub fn connector(uri: &str, opts: &RemoteOptions) -> Result<Arc<dyn Connector>, 
                 structured_replies: opts.structured_replies,
                 block_status: opts.structured_replies,
                 tcp: opts.tcp.clone(),
+                tls: opts.tls.clone(),
                 ..wanblk_nbd::NbdOptions::default()
             };
-            let c = wanblk_nbd::NbdConnector::new(uri, nbd)
-                .map_err(|e| RemoteError::Uri { uri: uri.to_string(), message: e.to_string() })?;
+            let c = wanblk_nbd::NbdConnector::new(uri, nbd).map_err(|e| match e {
+                wanblk_nbd::ConfigError::Tls { uri, source } => RemoteError::Store(
+                    wanblk_blockdev::EndpointError::config(uri, None, format!("TLS: {source}")),
+                ),
+                e => RemoteError::Uri { uri: uri.to_string(), message: e.to_string() },
+            })?;
             Ok(Arc::new(c))
         }
         Some(Scheme::Iscsi) => {
@@ -80,7 +85,9 @@ mod tests {
         assert_eq!(Scheme::of("/tmp/x.img"), None);
         assert_eq!(Scheme::of("null:"), None);
         assert!(matches!(connector("file.img", &RemoteOptions::default()), Err(RemoteError::NotRemote(_))));
-        let e = connector("nbds://h/e", &RemoteOptions::default()).err().unwrap().to_string();
-        assert!(e.starts_with("nbds://h/e: "), "{e}");
+        let e =
+            connector("nbd://h/e?tls-certificates=/x", &RemoteOptions::default()).err().unwrap().to_string();
+        assert!(e.starts_with("nbd://h/e?tls-certificates=/x: "), "{e}");
+        assert!(e.contains("needs TLS"), "{e}");
     }
 }

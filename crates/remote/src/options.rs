@@ -70,6 +70,9 @@ pub struct RemoteOptions {
     pub tcp: TcpOptions,
     /// NBD: ask for structured replies (and block status).
     pub structured_replies: bool,
+    /// NBD: TLS settings for `nbds://` stores (the URI's `tls-*`
+    /// parameters override them).
+    pub tls: wanblk_nbd::TlsClientOptions,
     /// iSCSI: one session per parallel session, or connections in one (MC/S).
     pub iscsi_mode: crate::IscsiMode,
     /// iSCSI login key overrides.
@@ -92,6 +95,7 @@ impl Default for RemoteOptions {
             hedge: Hedge::Reads,
             tcp: TcpOptions::default(),
             structured_replies: true,
+            tls: wanblk_nbd::TlsClientOptions::default(),
             iscsi_mode: wanblk_iscsi::Mode::Sessions,
             iscsi_params: Vec::new(),
             tcp_log: None,

@@ -116,6 +116,29 @@ pub fn is_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL))
 }
 
+/// Binds a Unix stream socket at `path` that only `mode` may use (e.g.
+/// `0o600`: the owner alone). The file is created under a umask that
+/// leaves none of the other bits, so there is no moment when others could
+/// connect, then set to `mode` exactly.
+///
+/// The umask is process-wide: call this before other threads create files
+/// (it is restored at once).
+///
+/// # Errors
+/// The bind or the chmod failed.
+pub fn bind_unix_private(path: &std::path::Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let mask = (!mode & 0o777) as libc::mode_t;
+    // SAFETY: umask only swaps the process's file creation mask; it cannot fail.
+    let old = unsafe { libc::umask(mask) };
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let l = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o777))?;
+    Ok(l)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

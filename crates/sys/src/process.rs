@@ -120,6 +120,29 @@ fn parse_host_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
     (v.len() == 8).then(|| (v.iter().sum(), v[7]))
 }
 
+/// Raises this process's soft limit on open descriptors (RLIMIT_NOFILE)
+/// to `want`, or to the hard limit if that is lower; returns the new soft
+/// limit.
+///
+/// # Errors
+/// getrlimit/setrlimit failed.
+pub fn raise_nofile(want: u64) -> std::io::Result<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let target = want.min(r.rlim_max);
+    if r.rlim_cur < target {
+        r.rlim_cur = target;
+        // SAFETY: setrlimit reads one rlimit through a pointer to a live local.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(r.rlim_cur)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

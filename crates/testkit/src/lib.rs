@@ -25,6 +25,7 @@ pub mod data;
 pub mod nbd_hostile;
 pub mod peers;
 pub mod tgt;
+pub mod tls;
 pub mod wait;
 
 pub use data::{block_data, check_blocks, fill_blocks};

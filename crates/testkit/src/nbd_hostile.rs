@@ -88,6 +88,7 @@ where
                 base_allocation: true,
             }],
             structured_replies: structured,
+            ..Default::default()
         });
         let mut buf = [0u8; 4096];
         'hs: loop {

@@ -1,4 +1,5 @@
-//! Parsing of sizes on the command line (`4M`, `1GiB`, `512k`, `1000`).
+//! Parsing of sizes (`4M`, `1GiB`, `512k`, `1000`) and durations (`500ms`,
+//! `10s`, `5m`) on the command line.
 
 /// Parses a byte size: a number with an optional binary suffix K, M, G, T
 /// (optionally followed by `iB` or `B`), case-insensitive. `4M` is 4 MiB.
@@ -35,9 +36,46 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v.round() as u64)
 }
 
+/// Parses a duration: a number with a unit `ms`, `s`, `m` or `h` (seconds
+/// without one), e.g. `500ms`, `10s`, `5m`.
+///
+/// # Errors
+/// A message naming the bad value.
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 1e9 => {
+            Ok(std::time::Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!("invalid duration {s:?}: expected e.g. 500ms, 10s, 5m or 1h")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_size;
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(super::parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(super::parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(super::parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(super::parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(super::parse_duration("0s").is_err());
+        assert!(super::parse_duration("soon").is_err());
+    }
 
     #[test]
     fn sizes() {

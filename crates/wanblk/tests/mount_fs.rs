@@ -132,7 +132,7 @@ impl Setup {
             .expect("start the emulated path");
         let listen = format!("{}:0", sc.server_addr());
         let mut t = wanblk();
-        t.args(["target", "--size", &DISK.to_string(), "--listen", &listen]);
+        t.args(["target", "--size", &DISK.to_string(), "--listen", &listen, "--insecure"]);
         let (target, uri) = spawn_reading_line(&sc, Side::Server, "wanblk target", &mut t);
         let dir = tempdir();
         std::fs::create_dir(dir.path().join("mnt")).unwrap();

@@ -32,7 +32,25 @@ use wanblk_nbd_proto::{
 };
 
 use crate::io::write_all_segments;
+use crate::stream::Stream;
+use crate::tls::{ClientTls, TlsClientOptions, TlsError};
 use crate::uri::{NbdUri, Transport, UriError};
+
+/// Why a connector cannot be made. The message is the doc comment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The URI is malformed.
+    #[error(transparent)]
+    Uri(#[from] UriError),
+    /// The TLS settings cannot be loaded.
+    #[error("{uri}: TLS: {source}")]
+    Tls {
+        /// The URI (without secrets).
+        uri: String,
+        /// What is wrong.
+        source: TlsError,
+    },
+}
 
 /// Options of NBD client sessions.
 #[derive(Debug, Clone)]
@@ -52,6 +70,9 @@ pub struct NbdOptions {
     /// Send the handshake options back to back (saves two round trips per
     /// connection); see [`wanblk_nbd_proto::ClientConfig::pipeline_options`].
     pub pipeline_options: bool,
+    /// TLS settings for `nbds://` URIs (the URI's `tls-*` parameters
+    /// override these); unused for `nbd://`.
+    pub tls: TlsClientOptions,
 }
 
 impl Default for NbdOptions {
@@ -64,6 +85,7 @@ impl Default for NbdOptions {
             connect_timeout: Duration::from_secs(30),
             max_payload: DEFAULT_MAX_PAYLOAD,
             pipeline_options: true,
+            tls: TlsClientOptions::default(),
         }
     }
 }
@@ -74,23 +96,46 @@ pub struct NbdConnector {
     uri: NbdUri,
     name: String,
     opts: NbdOptions,
+    /// Loaded once for every session of an `nbds://` URI.
+    tls: Option<ClientTls>,
 }
 
 impl NbdConnector {
-    /// A connector for `uri` (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`).
+    /// A connector for `uri` (`nbd://host[:port]/export`,
+    /// `nbd+unix:///export?socket=PATH`, or their TLS forms `nbds://`,
+    /// `nbds+unix://`).
     ///
     /// # Errors
-    /// [`UriError`] for a malformed or unsupported (TLS) URI.
-    pub fn new(uri: &str, opts: NbdOptions) -> std::result::Result<Self, UriError> {
-        Ok(Self::from_uri(uri.parse()?, opts))
+    /// [`ConfigError`] for a malformed URI or TLS settings that cannot be
+    /// loaded (missing or unreadable certificates, PSK).
+    pub fn new(uri: &str, opts: NbdOptions) -> std::result::Result<Self, ConfigError> {
+        Self::from_uri(uri.parse()?, opts)
     }
 
     /// A connector for a parsed URI.
-    pub fn from_uri(mut uri: NbdUri, opts: NbdOptions) -> Self {
+    ///
+    /// # Errors
+    /// As [`NbdConnector::new`].
+    pub fn from_uri(mut uri: NbdUri, opts: NbdOptions) -> std::result::Result<Self, ConfigError> {
         if let Some(e) = &opts.export_name {
             uri.export = e.clone();
         }
-        NbdConnector { name: uri.to_string(), uri, opts }
+        let name = uri.to_string();
+        let tls = match &uri.tls {
+            None => None,
+            Some(t) => {
+                let host = match &uri.transport {
+                    Transport::Tcp { host, .. } => Some(host.as_str()),
+                    Transport::Unix(_) => None,
+                };
+                let o = t.over(&opts.tls);
+                Some(
+                    ClientTls::new(&o, host)
+                        .map_err(|source| ConfigError::Tls { uri: name.clone(), source })?,
+                )
+            }
+        };
+        Ok(NbdConnector { name, uri, opts, tls })
     }
 
     /// The URI sessions connect to.
@@ -159,66 +204,45 @@ impl NbdConnector {
             max_payload: self.opts.max_payload,
             goal,
             pipeline_options: self.opts.pipeline_options,
+            tls: self.tls.is_some(),
         })
     }
 
     async fn query(&self, goal: Goal) -> Result<Event> {
         let mut client = self.client(goal);
-        let name = &self.name;
-        match &self.uri.transport {
-            Transport::Tcp { host, port } => {
-                let mut s = self.connect_tcp(host, *port).await?;
-                let (ev, _) = handshake(&mut s, &mut client, name).await?;
-                finish_query(&mut s, &mut client).await;
-                Ok(ev)
-            }
-            Transport::Unix(path) => {
-                let mut s = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-                let (ev, _) = handshake(&mut s, &mut client, name).await?;
-                finish_query(&mut s, &mut client).await;
-                Ok(ev)
-            }
-        }
+        let s = self.connect().await?;
+        let (ev, mut s, _) = handshake(s, &mut client, &self.name, self.tls.as_ref()).await?;
+        finish_query(&mut s, &mut client).await;
+        Ok(ev)
     }
 
-    async fn connect_tcp(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream> {
+    /// Connects the socket (TCP with the TCP options applied, or Unix).
+    async fn connect(&self) -> Result<Stream> {
         let name = &self.name;
-        let s = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-        wanblk_sys::tcp::apply(s.as_fd(), &self.opts.tcp)
-            .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
-        Ok(s)
+        let cannot = |e| EndpointError::io(name, None, format!("cannot connect: {e}"));
+        match &self.uri.transport {
+            Transport::Tcp { host, port } => {
+                let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await.map_err(cannot)?;
+                wanblk_sys::tcp::apply(s.as_fd(), &self.opts.tcp)
+                    .map_err(|e| EndpointError::config(name, None, format!("socket options: {e}")))?;
+                Ok(s.into())
+            }
+            Transport::Unix(path) => Ok(tokio::net::UnixStream::connect(path).await.map_err(cannot)?.into()),
+        }
     }
 
     async fn open_inner(&self) -> Result<NbdSession> {
         let name = &self.name;
         let mut client = self.client(Goal::Go);
-        let ready = |ev| match ev {
-            Event::Ready(n) => Ok(n),
-            _ => Err(EndpointError::protocol(name, None, "unexpected handshake result")),
+        let s = self.connect().await?;
+        let (ev, s, buf) = handshake(s, &mut client, name, self.tls.as_ref()).await?;
+        let neg = match ev {
+            Event::Ready(n) => n,
+            _ => return Err(EndpointError::protocol(name, None, "unexpected handshake result")),
         };
-        match &self.uri.transport {
-            Transport::Tcp { host, port } => {
-                let mut s = self.connect_tcp(host, *port).await?;
-                let fd = s.as_fd().try_clone_to_owned().ok();
-                let (ev, buf) = handshake(&mut s, &mut client, name).await?;
-                let neg = ready(ev)?;
-                let (r, w) = s.into_split();
-                Ok(NbdSession::start(name.clone(), client, neg, fd, r, w, buf))
-            }
-            Transport::Unix(path) => {
-                let mut s = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| EndpointError::io(name, None, format!("cannot connect: {e}")))?;
-                let (ev, buf) = handshake(&mut s, &mut client, name).await?;
-                let neg = ready(ev)?;
-                let (r, w) = s.into_split();
-                Ok(NbdSession::start(name.clone(), client, neg, None, r, w, buf))
-            }
-        }
+        let fd = s.tcp_fd();
+        let (r, w) = s.split();
+        Ok(NbdSession::start(name.clone(), client, neg, fd, r, w, buf))
     }
 }
 
@@ -247,30 +271,52 @@ async fn finish_query<S: AsyncWrite + Unpin>(s: &mut S, client: &mut Client) {
     let _ = s.shutdown().await;
 }
 
-/// Runs the handshake on `s` until it ends (Ready, Info or Exports);
-/// returns that event and any bytes read past it.
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
+/// Runs the handshake on `s` until it ends (Ready, Info or Exports),
+/// upgrading the stream to TLS when the server acknowledges
+/// NBD_OPT_STARTTLS; returns that event, the stream and any bytes read
+/// past the handshake.
+async fn handshake(
+    mut s: Stream,
     client: &mut Client,
     name: &str,
-) -> Result<(Event, BytesMut)> {
+    tls: Option<&ClientTls>,
+) -> Result<(Event, Stream, BytesMut)> {
     let mut buf = BytesMut::with_capacity(8192);
     let mut segs = Vec::new();
     loop {
         segs.extend(std::iter::from_fn(|| client.poll_transmit()));
         if !segs.is_empty() {
-            write_all_segments(s, &mut segs).await.map_err(|e| EndpointError::io(name, None, e))?;
+            write_all_segments(&mut s, &mut segs).await.map_err(|e| EndpointError::io(name, None, e))?;
         }
-        if let Some(ev) = client.poll_event() {
-            return Ok((ev, buf));
+        match client.poll_event() {
+            Some(Event::StartTls) => {
+                let Some(tls) = tls else {
+                    return Err(EndpointError::protocol(name, None, "TLS started without being asked"));
+                };
+                // The machine checked that nothing followed the ACK.
+                s = s.connect_tls(tls).await.map_err(|e| {
+                    EndpointError::new(name, None, ErrorKind::Config(crate::tls::explain(&e, &tls.trust)))
+                })?;
+                client.tls_established();
+                continue;
+            }
+            Some(ev) => return Ok((ev, s, buf)),
+            None => {}
         }
-        let n = s.read_buf(&mut buf).await.map_err(|e| EndpointError::io(name, None, e))?;
+        let n = s.read_buf(&mut buf).await.map_err(|e| {
+            if s.is_tls() {
+                EndpointError::new(name, None, ErrorKind::Config(crate::tls::explain(&e, "the CA")))
+            } else {
+                EndpointError::io(name, None, e)
+            }
+        })?;
         if n == 0 {
-            return Err(EndpointError::io(
-                name,
-                None,
-                "server closed the connection during the handshake (unknown export, or not an NBD server?)",
-            ));
+            let why = if s.is_tls() {
+                "server closed the TLS connection during the handshake (did it refuse our client certificate, or the export?)"
+            } else {
+                "server closed the connection during the handshake (unknown export, or not an NBD server?)"
+            };
+            return Err(EndpointError::io(name, None, why));
         }
         client.handle_input_buf(&mut buf).map_err(|e| handshake_error(name, e))?;
     }
@@ -361,19 +407,15 @@ fn capabilities(neg: &Negotiated) -> Capabilities {
 }
 
 impl NbdSession {
-    fn start<R, W>(
+    fn start(
         name: String,
         client: Client,
         neg: Negotiated,
         tcp: Option<OwnedFd>,
-        r: R,
-        w: W,
+        r: crate::stream::ReadHalf,
+        w: crate::stream::WriteHalf,
         buf: BytesMut,
-    ) -> NbdSession
-    where
-        R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
+    ) -> NbdSession {
         let shared = Arc::new(Shared {
             name,
             caps: capabilities(&neg),

@@ -9,15 +9,24 @@
 //!   sessions to one export.
 //! - [`NbdServer`]: serves any `Arc<dyn Endpoint>` over TCP or a Unix
 //!   socket (the embedded target behind `wanblk target`).
-//! - [`NbdUri`]: `nbd://host[:port]/export` and
-//!   `nbd+unix:///export?socket=PATH` (TLS URIs are refused).
+//! - [`NbdUri`] parses `nbd://host[:port]/export`,
+//!   `nbd+unix:///export?socket=PATH` and their TLS forms `nbds://`,
+//!   `nbds+unix://` with libnbd's `tls-*` query parameters.
+//! - TLS (rustls): [`ClientTls`] / [`ServerTls`] load certificates in
+//!   libnbd's and nbdkit's directory layouts (`tls.rs`); every connection
+//!   is one `Stream` (TCP, Unix, or TLS over either, `stream.rs`), upgraded
+//!   in place after NBD_OPT_STARTTLS, so neither the client nor the server
+//!   has a TLS branch of its own.
 
 mod client;
 mod io;
 mod server;
+mod stream;
+mod tls;
 mod uri;
 
-pub use client::{NbdConnector, NbdOptions, NbdSession};
+pub use client::{ConfigError, NbdConnector, NbdOptions, NbdSession};
 pub use server::{NbdServer, ServeOptions, nbd_error};
-pub use uri::{DEFAULT_PORT, NbdUri, Transport, UriError};
+pub use tls::{ClientTls, ServerTls, TlsClientOptions, TlsError, TlsServerOptions};
+pub use uri::{DEFAULT_PORT, NbdUri, Transport, UriError, UriTls};
 pub use wanblk_nbd_proto::Negotiated;

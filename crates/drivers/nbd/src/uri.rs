@@ -1,9 +1,14 @@
-//! NBD URIs: `nbd://host[:port]/export` and `nbd+unix:///export?socket=PATH`
-//! (the NBD project's URI format; TLS schemes are recognised and refused).
+//! NBD URIs: `nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`
+//! and their TLS forms `nbds://` and `nbds+unix://` (the NBD project's URI
+//! format), with libnbd's TLS query parameters: `tls-certificates=DIR`,
+//! `tls-verify-peer=BOOL`, `tls-hostname=NAME`, `tls-psk-file=FILE`,
+//! `tls-username=NAME`.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+
+use crate::tls::TlsClientOptions;
 
 /// The IANA port of NBD.
 pub const DEFAULT_PORT: u16 = 10809;
@@ -14,9 +19,22 @@ pub enum UriError {
     /// The scheme is not an NBD scheme.
     #[error("`{0}` is not an NBD URI (expected nbd://host[:port]/export or nbd+unix:///export?socket=PATH)")]
     Scheme(String),
-    /// `nbds://` / `nbds+unix://`: NBD over TLS.
-    #[error("`{0}`: TLS is not supported (use nbd:// or nbd+unix://)")]
-    Tls(String),
+    /// A `tls-*` parameter on a URI without TLS.
+    #[error("`{uri}`: `{param}` needs TLS (nbds:// or nbds+unix://)")]
+    TlsParamWithoutTls {
+        /// The URI.
+        uri: String,
+        /// The parameter.
+        param: String,
+    },
+    /// A boolean parameter that is not one.
+    #[error("`{uri}`: `{param}` must be true or false")]
+    BadBool {
+        /// The URI.
+        uri: String,
+        /// The parameter.
+        param: String,
+    },
     /// `nbd://` without a host.
     #[error("`{0}`: missing host (nbd://host[:port]/export)")]
     MissingHost(String),
@@ -64,6 +82,35 @@ pub enum Transport {
     Unix(PathBuf),
 }
 
+/// TLS settings given in the URI (`nbds://...?tls-...`); each overrides
+/// the command line's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UriTls {
+    /// `tls-certificates=DIR`.
+    pub certificates: Option<PathBuf>,
+    /// `tls-verify-peer=BOOL`.
+    pub verify_peer: Option<bool>,
+    /// `tls-hostname=NAME`.
+    pub hostname: Option<String>,
+    /// `tls-psk-file=FILE`.
+    pub psk_file: Option<PathBuf>,
+    /// `tls-username=NAME`.
+    pub username: Option<String>,
+}
+
+impl UriTls {
+    /// These settings over `base` (the command line's).
+    pub fn over(&self, base: &TlsClientOptions) -> TlsClientOptions {
+        TlsClientOptions {
+            certificates: self.certificates.clone().or_else(|| base.certificates.clone()),
+            verify_peer: self.verify_peer.unwrap_or(base.verify_peer),
+            hostname: self.hostname.clone().or_else(|| base.hostname.clone()),
+            psk_file: self.psk_file.clone().or_else(|| base.psk_file.clone()),
+            username: self.username.clone().or_else(|| base.username.clone()),
+        }
+    }
+}
+
 /// A parsed NBD URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NbdUri {
@@ -71,17 +118,33 @@ pub struct NbdUri {
     pub transport: Transport,
     /// Export name ("" for the default export).
     pub export: String,
+    /// `nbds://` / `nbds+unix://`: TLS is required, with these settings.
+    pub tls: Option<UriTls>,
 }
 
 impl NbdUri {
     /// A TCP URI.
     pub fn tcp(host: impl Into<String>, port: u16, export: impl Into<String>) -> Self {
-        NbdUri { transport: Transport::Tcp { host: host.into(), port }, export: export.into() }
+        NbdUri { transport: Transport::Tcp { host: host.into(), port }, export: export.into(), tls: None }
     }
 
     /// A Unix socket URI.
     pub fn unix(path: impl Into<PathBuf>, export: impl Into<String>) -> Self {
-        NbdUri { transport: Transport::Unix(path.into()), export: export.into() }
+        NbdUri { transport: Transport::Unix(path.into()), export: export.into(), tls: None }
+    }
+
+    /// The same URI with TLS required (`nbds://`, `nbds+unix://`).
+    pub fn with_tls(mut self, tls: UriTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Some(true),
+        "false" | "off" | "no" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -122,10 +185,11 @@ impl FromStr for NbdUri {
     fn from_str(uri: &str) -> Result<Self, UriError> {
         let (scheme, rest) = uri.split_once("://").ok_or_else(|| UriError::Scheme(uri.into()))?;
         let scheme = scheme.to_ascii_lowercase();
-        let unix = match scheme.as_str() {
-            "nbd" => false,
-            "nbd+unix" => true,
-            "nbds" | "nbds+unix" => return Err(UriError::Tls(uri.into())),
+        let (unix, tls) = match scheme.as_str() {
+            "nbd" => (false, false),
+            "nbd+unix" => (true, false),
+            "nbds" => (false, true),
+            "nbds+unix" => (true, true),
             _ => return Err(UriError::Scheme(uri.into())),
         };
         let (rest, query) = match rest.split_once('?') {
@@ -139,19 +203,35 @@ impl FromStr for NbdUri {
         };
         let export = percent_decode(path, uri)?;
         let mut socket = None;
+        let mut t = UriTls::default();
         for param in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
             let (k, v) = param.split_once('=').unwrap_or((param, ""));
+            if k.starts_with("tls-") && !tls {
+                return Err(UriError::TlsParamWithoutTls { uri: uri.into(), param: k.into() });
+            }
+            let v = percent_decode(v, uri)?;
             match k {
-                "socket" if unix => socket = Some(PathBuf::from(percent_decode(v, uri)?)),
+                "socket" if unix => socket = Some(PathBuf::from(v)),
+                "tls-certificates" => t.certificates = Some(PathBuf::from(v)),
+                "tls-verify-peer" => {
+                    t.verify_peer = Some(
+                        parse_bool(&v)
+                            .ok_or_else(|| UriError::BadBool { uri: uri.into(), param: k.into() })?,
+                    )
+                }
+                "tls-hostname" => t.hostname = Some(v),
+                "tls-psk-file" => t.psk_file = Some(PathBuf::from(v)),
+                "tls-username" => t.username = Some(v),
                 _ => return Err(UriError::BadQuery { uri: uri.into(), param: k.into() }),
             }
         }
+        let tls = tls.then_some(t);
         if unix {
             if !authority.is_empty() && authority != "localhost" {
                 return Err(UriError::UnixWithHost(uri.into()));
             }
             let path = socket.ok_or_else(|| UriError::MissingSocket(uri.into()))?;
-            return Ok(NbdUri { transport: Transport::Unix(path), export });
+            return Ok(NbdUri { transport: Transport::Unix(path), export, tls });
         }
         // Userinfo is not used by NBD; drop it rather than leak it into names.
         let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
@@ -178,23 +258,39 @@ impl FromStr for NbdUri {
                 _ => return Err(UriError::BadPort { uri: uri.into(), port: p.into() }),
             },
         };
-        Ok(NbdUri { transport: Transport::Tcp { host: host.into(), port }, export })
+        Ok(NbdUri { transport: Transport::Tcp { host: host.into(), port }, export, tls })
     }
 }
 
 impl fmt::Display for NbdUri {
-    /// The canonical URI (no secrets are ever part of it).
+    /// The canonical URI (no secrets are ever part of it: the TLS
+    /// parameters are file and directory names, never their contents).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let export = percent_encode(&self.export, true);
+        let s = if self.tls.is_some() { "s" } else { "" };
+        let mut query: Vec<String> = Vec::new();
         match &self.transport {
             Transport::Tcp { host, port } if host.contains(':') => {
-                write!(f, "nbd://[{host}]:{port}/{export}")
+                write!(f, "nbd{s}://[{host}]:{port}/{export}")?
             }
-            Transport::Tcp { host, port } => write!(f, "nbd://{host}:{port}/{export}"),
+            Transport::Tcp { host, port } => write!(f, "nbd{s}://{host}:{port}/{export}")?,
             Transport::Unix(p) => {
-                write!(f, "nbd+unix:///{export}?socket={}", percent_encode(&p.to_string_lossy(), true))
+                write!(f, "nbd{s}+unix:///{export}")?;
+                query.push(format!("socket={}", percent_encode(&p.to_string_lossy(), true)));
             }
         }
+        if let Some(t) = &self.tls {
+            let path = |p: &PathBuf| percent_encode(&p.to_string_lossy(), true);
+            query.extend(t.certificates.as_ref().map(|p| format!("tls-certificates={}", path(p))));
+            query.extend(t.verify_peer.map(|v| format!("tls-verify-peer={v}")));
+            query.extend(t.hostname.as_ref().map(|h| format!("tls-hostname={}", percent_encode(h, false))));
+            query.extend(t.psk_file.as_ref().map(|p| format!("tls-psk-file={}", path(p))));
+            query.extend(t.username.as_ref().map(|u| format!("tls-username={}", percent_encode(u, false))));
+        }
+        if !query.is_empty() {
+            write!(f, "?{}", query.join("&"))?;
+        }
+        Ok(())
     }
 }
 
@@ -223,9 +319,27 @@ mod tests {
     }
 
     #[test]
+    fn parses_tls_uris() {
+        let u = p("nbds://h:5/e?tls-certificates=/etc/pki/x&tls-verify-peer=false&tls-hostname=srv").unwrap();
+        let t = u.tls.clone().unwrap();
+        assert_eq!(t.certificates.as_deref(), Some(std::path::Path::new("/etc/pki/x")));
+        assert_eq!(t.verify_peer, Some(false));
+        assert_eq!(t.hostname.as_deref(), Some("srv"));
+        let u = p("nbds+unix:///e?socket=/s&tls-psk-file=/k.psk&tls-username=bob").unwrap();
+        assert_eq!(u.transport, Transport::Unix("/s".into()));
+        assert_eq!(u.tls.as_ref().unwrap().username.as_deref(), Some("bob"));
+        assert_eq!(p("nbds://h/e").unwrap().tls, Some(UriTls::default()));
+        assert!(matches!(p("nbd://h/e?tls-certificates=/x"), Err(UriError::TlsParamWithoutTls { .. })));
+        assert!(matches!(p("nbds://h/e?tls-verify-peer=maybe"), Err(UriError::BadBool { .. })));
+        // URI settings override the command line's.
+        let base = TlsClientOptions { hostname: Some("cli".into()), verify_peer: true, ..Default::default() };
+        let o = UriTls { verify_peer: Some(false), ..Default::default() }.over(&base);
+        assert!(!o.verify_peer);
+        assert_eq!(o.hostname.as_deref(), Some("cli"));
+    }
+
+    #[test]
     fn refuses_bad_uris_clearly() {
-        assert!(matches!(p("nbds://h/x"), Err(UriError::Tls(_))));
-        assert!(p("nbds+unix:///x?socket=/s").unwrap_err().to_string().contains("TLS is not supported"));
         assert!(matches!(p("http://h/x"), Err(UriError::Scheme(_))));
         assert!(matches!(p("just-a-path"), Err(UriError::Scheme(_))));
         assert!(matches!(p("nbd:///x"), Err(UriError::MissingHost(_))));
@@ -241,8 +355,14 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["nbd://h:1/a%20b", "nbd://[::1]:10809/x", "nbd+unix:///e?socket=/tmp/x.sock", "nbd://h:5/"]
-        {
+        for s in [
+            "nbd://h:1/a%20b",
+            "nbd://[::1]:10809/x",
+            "nbd+unix:///e?socket=/tmp/x.sock",
+            "nbd://h:5/",
+            "nbds://h:5/e?tls-certificates=/a%20b&tls-verify-peer=false&tls-hostname=n",
+            "nbds+unix:///e?socket=/s&tls-psk-file=/k&tls-username=u",
+        ] {
             let u = p(s).unwrap();
             assert_eq!(p(&u.to_string()).unwrap(), u, "{s}");
         }

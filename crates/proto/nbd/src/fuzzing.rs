@@ -12,6 +12,7 @@
 use bytes::Bytes;
 
 use crate::consts::{FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, tflags};
+use crate::server::TlsPolicy;
 use crate::{
     BlockDescriptor, BlockSizes, Client, ClientConfig, Command, ExportConfig, Goal, NbdError, ReadChunk,
     Request, Server, ServerConfig, ServerEvent,
@@ -29,18 +30,27 @@ pub const TARGETS: &[(&str, Body)] = &[
 ];
 
 /// Arbitrary server bytes into the client handshake; the first byte picks
-/// the goal (GO, INFO or LIST).
+/// the goal (GO, INFO or LIST) and, from 0x80 to 0xbf, NBD_OPT_STARTTLS
+/// first, with pieces of `(byte & 0x3f) + 1` bytes (the TLS handshake is
+/// taken as done between two pieces).
 pub fn client_handshake(data: &[u8]) -> Result<(), String> {
-    let goal = match data.first().map(|b| b % 3) {
-        Some(0) => Goal::Go,
-        Some(1) => Goal::Info,
+    let first = data.first().copied().unwrap_or(0);
+    let goal = match first % 3 {
+        0 => Goal::Go,
+        1 => Goal::Info,
         _ => Goal::List,
     };
-    let mut c = Client::new(ClientConfig { export_name: "disk".into(), goal, ..Default::default() });
-    for p in pieces(data) {
+    let tls = (0x80..0xc0).contains(&first);
+    let mut c = Client::new(ClientConfig { export_name: "disk".into(), goal, tls, ..Default::default() });
+    let step = if tls { usize::from(first & 0x3f) + 1 } else { usize::from(first).max(1) };
+    for p in data.get(1..).unwrap_or_default().chunks(step) {
         c.handle_input(p).map_err(|e| e.to_string())?;
         while c.poll_transmit().is_some() {}
-        while c.poll_event().is_some() {}
+        while let Some(ev) = c.poll_event() {
+            if ev == crate::Event::StartTls {
+                c.tls_established();
+            }
+        }
     }
     Ok(())
 }
@@ -62,7 +72,11 @@ pub fn server_options(data: &[u8]) -> Result<(), String> {
     for p in pieces(data) {
         s.handle_input(p).map_err(|e| e.to_string())?;
         while s.poll_transmit().is_some() {}
-        while s.poll_event().is_some() {}
+        while let Some(ev) = s.poll_event() {
+            if ev == ServerEvent::StartTls {
+                s.tls_established();
+            }
+        }
     }
     Ok(())
 }
@@ -116,6 +130,7 @@ fn server_config() -> ServerConfig {
             base_allocation: true,
         }],
         structured_replies: true,
+        tls: TlsPolicy::Optional,
     }
 }
 

@@ -36,9 +36,15 @@
 //! - Both machines queue their output in one queue type (`output`): small
 //!   frames coalesced, large payloads handed out as their own segments.
 //!
+//! - TLS (spec "TLS support", "NBD_OPT_STARTTLS"): both machines negotiate
+//!   NBD_OPT_STARTTLS and pause ([`Event::StartTls`], [`ServerEvent::StartTls`])
+//!   while the driver runs the TLS handshake on the same connection; clear
+//!   text after the STARTTLS exchange is refused on both sides; a server
+//!   can require TLS ([`server::TlsPolicy`]) and refuse exports to a client
+//!   ([`Server::deny`]).
+//!
 //! The spec is `doc/proto.md` of the NetworkBlockDevice project; section
-//! names in the docs here refer to it. Extended headers and TLS are not
-//! implemented.
+//! names in the docs here refer to it. Extended headers are not implemented.
 #![forbid(unsafe_code)]
 
 pub mod client;
@@ -58,5 +64,5 @@ mod tests;
 pub use client::{Client, ClientConfig, Event, Goal, Negotiated, Reply, ReplyData, Request, ServerError};
 pub use codec::{Codec, DecodeError, Reader};
 pub use error::{ClientError, ProtocolError, RequestError};
-pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest};
+pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest, TlsPolicy};
 pub use wire::{BlockDescriptor, BlockSizes, Command, NbdError};

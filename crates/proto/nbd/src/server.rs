@@ -1,5 +1,6 @@
 //! The server side: handshake (spec "Fixed newstyle negotiation", "Option
-//! haggling") answered on its own from a list of exports, then request
+//! haggling", NBD_OPT_STARTTLS per "TLS support") answered on its own from
+//! a list of exports, then request
 //! decoding with bounds and reply encoding, simple or structured
 //! (spec "Transmission phase").
 //!
@@ -38,13 +39,29 @@ pub struct ExportConfig {
     pub base_allocation: bool,
 }
 
+/// Whether the server offers TLS (spec "TLS support").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsPolicy {
+    /// NBD_OPT_STARTTLS is answered NBD_REP_ERR_UNSUP.
+    #[default]
+    Off,
+    /// NBD_OPT_STARTTLS is accepted; clients may also stay in clear text.
+    Optional,
+    /// Forced TLS (spec "Forced TLS"): every option but NBD_OPT_STARTTLS and
+    /// NBD_OPT_ABORT is answered NBD_REP_ERR_TLS_REQD until TLS is up, and
+    /// NBD_OPT_EXPORT_NAME before TLS closes the connection.
+    Required,
+}
+
 /// Server configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ServerConfig {
     /// The exports; "" selects the first one unless an export is named "".
     pub exports: Vec<ExportConfig>,
     /// Accept NBD_OPT_STRUCTURED_REPLY.
     pub structured_replies: bool,
+    /// Whether NBD_OPT_STARTTLS is offered or required.
+    pub tls: TlsPolicy,
 }
 
 /// A decoded, validated request.
@@ -85,6 +102,12 @@ pub enum ServerEvent {
     },
     /// A request to serve; answer it with one of the `reply_*` methods.
     Request(ServerRequest),
+    /// NBD_OPT_STARTTLS was acknowledged (spec "NBD_OPT_STARTTLS"): send
+    /// what [`Server::poll_transmit`] holds in clear text, run the TLS
+    /// handshake as the server on the same connection, then call
+    /// [`Server::tls_established`] and go on over TLS. No input is taken
+    /// until then.
+    StartTls,
     /// The connection should close once the transmit queue is drained
     /// (NBD_CMD_DISC, NBD_OPT_ABORT, unknown export name).
     Close(&'static str),
@@ -111,6 +134,9 @@ enum Phase {
         /// Bytes of an oversized option still to skip.
         discard: u64,
     },
+    /// NBD_OPT_STARTTLS acknowledged; the driver runs the TLS handshake
+    /// (spec "NBD_OPT_STARTTLS"). The client must send nothing before it.
+    AwaitTls,
     /// Transmission on an export (spec "Transmission", "Request message").
     Transmission {
         /// Index of the export in the configuration.
@@ -136,6 +162,10 @@ pub struct Server {
     out: OutQueue,
     events: VecDeque<ServerEvent>,
     wanted: usize,
+    /// TLS is up on this connection.
+    tls_active: bool,
+    /// Why every export is refused to this client (NBD_REP_ERR_POLICY).
+    denied: Option<String>,
 }
 
 impl Server {
@@ -152,6 +182,8 @@ impl Server {
             out: OutQueue::default(),
             events: VecDeque::new(),
             wanted: 4,
+            tls_active: false,
+            denied: None,
         };
         s.out.frame(|b| Greeting::Newstyle { flags: FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES }.encode(b));
         s
@@ -186,6 +218,12 @@ impl Server {
                     Ok(n > 0)
                 }
                 Phase::Options { .. } => self.on_option(buf),
+                // Bytes sent between STARTTLS and the TLS handshake would be
+                // taken as if they came over TLS (spec "NBD_OPT_STARTTLS").
+                Phase::AwaitTls if buf.is_empty() => Ok(false),
+                Phase::AwaitTls => {
+                    Err(ProtocolError::Unexpected("data after NBD_OPT_STARTTLS in clear text"))
+                }
                 Phase::Transmission { export } => self.on_request(buf, export),
                 Phase::Closed => {
                     buf.clear();
@@ -238,6 +276,42 @@ impl Server {
     /// Whether the connection is closed (no more input is processed).
     pub fn is_closed(&self) -> bool {
         matches!(self.phase, Phase::Closed)
+    }
+
+    /// Whether the client reached the transmission phase.
+    pub fn is_transmission(&self) -> bool {
+        matches!(self.phase, Phase::Transmission { .. })
+    }
+
+    /// The TLS handshake that followed [`ServerEvent::StartTls`] succeeded:
+    /// option haggling goes on over TLS. Everything negotiated before is
+    /// forgotten (spec "NBD_OPT_STARTTLS": the client must renegotiate).
+    pub fn tls_established(&mut self) {
+        if matches!(self.phase, Phase::AwaitTls) {
+            self.tls_active = true;
+            self.structured = false;
+            self.base_allocation = false;
+            self.meta_for = None;
+            self.phase = Phase::Options { discard: 0 };
+            self.wanted = OptionHeader::LEN;
+        }
+    }
+
+    /// Whether TLS is up on this connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// Refuses every export to this client from now on: NBD_OPT_GO, INFO
+    /// and LIST are answered NBD_REP_ERR_POLICY with `reason` (e.g. its
+    /// certificate is not on the allow-list), NBD_OPT_EXPORT_NAME closes.
+    pub fn deny(&mut self, reason: impl Into<String>) {
+        self.denied = Some(reason.into());
+    }
+
+    /// Lifts [`Server::deny`].
+    pub fn allow(&mut self) {
+        self.denied = None;
     }
 
     /// Answers a request without data: success.
@@ -409,11 +483,46 @@ impl Server {
         let data = buf.split_to(hdr.length as usize).freeze();
         self.wanted = OptionHeader::LEN;
         self.dispatch_option(hdr.option, &data);
-        Ok(true)
+        Ok(!matches!(self.phase, Phase::AwaitTls) || !buf.is_empty())
     }
 
     fn dispatch_option(&mut self, option: u32, data: &[u8]) {
+        let gated = !matches!(option, opt::STARTTLS | opt::ABORT);
+        if gated && self.cfg.tls == TlsPolicy::Required && !self.tls_active {
+            // Spec "Forced TLS".
+            if option == opt::EXPORT_NAME {
+                self.phase = Phase::Closed;
+                self.events.push_back(ServerEvent::Close("NBD_OPT_EXPORT_NAME before TLS (TLS is required)"));
+            } else {
+                self.option_error(option, rep::ERR_TLS_REQD, "TLS is required: send NBD_OPT_STARTTLS first");
+            }
+            return;
+        }
+        if let Some(reason) = self.denied.clone()
+            && matches!(option, opt::EXPORT_NAME | opt::GO | opt::INFO | opt::LIST)
+        {
+            if option == opt::EXPORT_NAME {
+                self.phase = Phase::Closed;
+                self.events.push_back(ServerEvent::Close("client not allowed (NBD_OPT_EXPORT_NAME)"));
+            } else {
+                self.option_error(option, rep::ERR_POLICY, &reason);
+            }
+            return;
+        }
         match option {
+            opt::STARTTLS => {
+                if !data.is_empty() {
+                    self.option_error(option, rep::ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+                } else if self.cfg.tls == TlsPolicy::Off {
+                    self.option_error(option, rep::ERR_UNSUP, "TLS is not enabled on this server");
+                } else if self.tls_active {
+                    self.option_error(option, rep::ERR_INVALID, "TLS is already in use");
+                } else {
+                    self.option_reply(option, rep::ACK, &[]);
+                    self.phase = Phase::AwaitTls;
+                    self.events.push_back(ServerEvent::StartTls);
+                }
+            }
             opt::EXPORT_NAME => {
                 let name = String::from_utf8_lossy(data);
                 match self.find_export(&name) {

@@ -58,7 +58,7 @@ impl Pair {
     fn go(flags: u16) -> Pair {
         let mut p = Pair::new(
             ClientConfig { export_name: "disk".into(), ..Default::default() },
-            ServerConfig { exports: vec![export(flags)], structured_replies: true },
+            ServerConfig { exports: vec![export(flags)], structured_replies: true, ..Default::default() },
         );
         p.pump();
         p
@@ -87,12 +87,19 @@ impl Pair {
             }
             while let Some(ev) = self.s.poll_event() {
                 moved = true;
-                if let ServerEvent::Request(r) = &ev {
-                    self.serve(r.clone());
+                match &ev {
+                    ServerEvent::Request(r) => self.serve(r.clone()),
+                    // The TLS handshake itself is the driver's; here it is instant.
+                    ServerEvent::StartTls => self.s.tls_established(),
+                    _ => {}
                 }
                 self.server_events.push(ev);
             }
             while let Some(ev) = self.c.poll_event() {
+                if ev == Event::StartTls {
+                    self.c.tls_established();
+                    moved = true;
+                }
                 self.events.push(ev);
             }
             if !moved {
@@ -242,7 +249,7 @@ fn many_requests_in_flight_complete_in_any_order() {
 fn simple_replies_when_structured_disabled() {
     let mut p = Pair::new(
         ClientConfig { export_name: "disk".into(), structured_replies: false, ..Default::default() },
-        ServerConfig { exports: vec![export(all_flags())], structured_replies: true },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: true, ..Default::default() },
     );
     p.pump();
     let n = p.ready();
@@ -263,7 +270,7 @@ fn simple_replies_when_structured_disabled() {
 fn server_refusing_structured_replies_gives_simple_replies() {
     let mut p = Pair::new(
         ClientConfig { export_name: "disk".into(), ..Default::default() },
-        ServerConfig { exports: vec![export(all_flags())], structured_replies: false },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: false, ..Default::default() },
     );
     p.pump();
     assert!(!p.ready().structured_replies);
@@ -293,7 +300,7 @@ fn server_errors_reach_the_client() {
 fn unknown_export_is_refused() {
     let mut p = Pair::new(
         ClientConfig { export_name: "nope".into(), ..Default::default() },
-        ServerConfig { exports: vec![export(0)], structured_replies: true },
+        ServerConfig { exports: vec![export(0)], structured_replies: true, ..Default::default() },
     );
     let mut err = None;
     for _ in 0..10 {
@@ -316,7 +323,7 @@ fn unknown_export_is_refused() {
 fn info_and_list_goals_abort_cleanly() {
     let mut p = Pair::new(
         ClientConfig { export_name: "disk".into(), goal: Goal::Info, ..Default::default() },
-        ServerConfig { exports: vec![export(0)], structured_replies: true },
+        ServerConfig { exports: vec![export(0)], structured_replies: true, ..Default::default() },
     );
     p.pump();
     assert!(
@@ -325,7 +332,7 @@ fn info_and_list_goals_abort_cleanly() {
     assert!(p.s.is_closed());
     let mut p = Pair::new(
         ClientConfig { goal: Goal::List, ..Default::default() },
-        ServerConfig { exports: vec![export(0)], structured_replies: true },
+        ServerConfig { exports: vec![export(0)], structured_replies: true, ..Default::default() },
     );
     p.pump();
     assert!(matches!(&p.events[0], Event::Exports(e) if e[0].name == "disk"));
@@ -404,7 +411,7 @@ fn options_are_pipelined_after_the_greeting() {
 fn options_one_round_trip_each_without_pipelining() {
     let mut p = Pair::new(
         ClientConfig { export_name: "disk".into(), pipeline_options: false, ..Default::default() },
-        ServerConfig { exports: vec![export(all_flags())], structured_replies: true },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: true, ..Default::default() },
     );
     p.c.handle_input(&{
         let mut v = Vec::new();
@@ -417,7 +424,7 @@ fn options_one_round_trip_each_without_pipelining() {
     assert_eq!(sent_options(&drain(&mut p.c)), vec![opt::STRUCTURED_REPLY]);
     let mut p = Pair::new(
         ClientConfig { export_name: "disk".into(), pipeline_options: false, ..Default::default() },
-        ServerConfig { exports: vec![export(all_flags())], structured_replies: true },
+        ServerConfig { exports: vec![export(all_flags())], structured_replies: true, ..Default::default() },
     );
     p.pump();
     let n = p.ready();
@@ -619,7 +626,11 @@ fn zero_copy_input_hands_out_slices_of_the_buffer() {
 // ---- server hostile input ---------------------------------------------
 
 fn server_in_options() -> Server {
-    let mut s = Server::new(ServerConfig { exports: vec![export(all_flags())], structured_replies: true });
+    let mut s = Server::new(ServerConfig {
+        exports: vec![export(all_flags())],
+        structured_replies: true,
+        ..Default::default()
+    });
     s.handle_input(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
     while s.poll_transmit().is_some() {}
     s
@@ -828,4 +839,161 @@ proptest! {
         while s.poll_transmit().is_some() {}
         while s.poll_event().is_some() {}
     }
+}
+
+// NBD_OPT_STARTTLS (spec "TLS support"): the machines pause for the
+// driver's TLS handshake, which is instant here.
+
+fn tls_server(policy: TlsPolicy) -> ServerConfig {
+    ServerConfig { exports: vec![export(all_flags())], structured_replies: true, tls: policy }
+}
+
+fn tls_client(tls: bool) -> ClientConfig {
+    ClientConfig { export_name: "disk".into(), tls, ..Default::default() }
+}
+
+/// Runs the handshake, returning the client's error if it failed.
+fn pump_result(p: &mut Pair) -> Result<(), ClientError> {
+    for _ in 0..32 {
+        let mut moved = false;
+        while let Some(seg) = p.s.poll_transmit() {
+            moved = true;
+            p.c.handle_input(&seg)?;
+        }
+        while let Some(seg) = p.c.poll_transmit() {
+            moved = true;
+            p.s.handle_input(&seg).expect("server");
+        }
+        while let Some(ev) = p.s.poll_event() {
+            moved = true;
+            if ev == ServerEvent::StartTls {
+                p.s.tls_established();
+            }
+            p.server_events.push(ev);
+        }
+        while let Some(ev) = p.c.poll_event() {
+            if ev == Event::StartTls {
+                p.c.tls_established();
+                moved = true;
+            }
+            p.events.push(ev);
+        }
+        if !moved {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn starttls_then_go_under_forced_tls() {
+    let mut p = Pair::new(tls_client(true), tls_server(TlsPolicy::Required));
+    pump_result(&mut p).unwrap();
+    assert_eq!(p.events[0], Event::StartTls);
+    assert!(matches!(&p.events[1], Event::Ready(n) if n.structured_replies && n.base_allocation.is_some()));
+    assert!(p.s.tls_active() && p.s.is_transmission());
+    assert_eq!(p.server_events[0], ServerEvent::StartTls);
+}
+
+#[test]
+fn starttls_with_optional_tls_and_clear_text_client() {
+    let mut p = Pair::new(tls_client(true), tls_server(TlsPolicy::Optional));
+    pump_result(&mut p).unwrap();
+    assert!(matches!(&p.events[1], Event::Ready(_)));
+    let mut p = Pair::new(tls_client(false), tls_server(TlsPolicy::Optional));
+    pump_result(&mut p).unwrap();
+    assert!(matches!(&p.events[0], Event::Ready(_)));
+    assert!(!p.s.tls_active());
+}
+
+#[test]
+fn clear_text_client_refused_by_forced_tls() {
+    let mut p = Pair::new(tls_client(false), tls_server(TlsPolicy::Required));
+    let e = pump_result(&mut p).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused { .. }), "{e}");
+    assert!(e.to_string().contains("NBD_REP_ERR_TLS_REQD") && e.to_string().contains("nbds://"), "{e}");
+    // Every option is refused before TLS: LIST too.
+    let mut p =
+        Pair::new(ClientConfig { goal: Goal::List, ..tls_client(false) }, tls_server(TlsPolicy::Required));
+    assert!(pump_result(&mut p).unwrap_err().to_string().contains("TLS_REQD"));
+}
+
+#[test]
+fn tls_client_refused_by_server_without_tls() {
+    let mut p = Pair::new(tls_client(true), tls_server(TlsPolicy::Off));
+    let e = pump_result(&mut p).unwrap_err();
+    assert!(
+        e.to_string().contains("NBD_OPT_STARTTLS") && e.to_string().contains("does not offer TLS"),
+        "{e}"
+    );
+}
+
+#[test]
+fn export_name_before_tls_closes_under_forced_tls() {
+    let mut s = Server::new(tls_server(TlsPolicy::Required));
+    while s.poll_transmit().is_some() {}
+    let mut input = BytesMut::new();
+    input.put_u32(FLAG_C_FIXED_NEWSTYLE);
+    input.put_u64(IHAVEOPT);
+    input.put_u32(opt::EXPORT_NAME);
+    input.put_u32(4);
+    input.put_slice(b"disk");
+    s.handle_input(&input).unwrap();
+    assert!(s.is_closed());
+    assert!(matches!(s.poll_event(), Some(ServerEvent::Close(_))));
+}
+
+#[test]
+fn clear_text_after_starttls_is_refused_both_ways() {
+    // Server: the client pipelines an option after STARTTLS in clear text.
+    let mut s = Server::new(tls_server(TlsPolicy::Required));
+    let mut input = BytesMut::new();
+    input.put_u32(FLAG_C_FIXED_NEWSTYLE);
+    for o in [opt::STARTTLS, opt::LIST] {
+        input.put_u64(IHAVEOPT);
+        input.put_u32(o);
+        input.put_u32(0);
+    }
+    let e = s.handle_input(&input).unwrap_err();
+    assert!(e.to_string().contains("after NBD_OPT_STARTTLS"), "{e}");
+    // Client: something on the path appends bytes to the server's ACK.
+    let mut c = Client::new(tls_client(true));
+    let mut input = BytesMut::new();
+    Greeting::Newstyle { flags: FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES }.encode(&mut input);
+    OptionReplyHeader { option: opt::STARTTLS, reply: rep::ACK, length: 0 }.encode(&mut input);
+    input.put_slice(b"injected");
+    let e = c.handle_input(&input).unwrap_err();
+    assert!(e.to_string().contains("clear text"), "{e}");
+}
+
+#[test]
+fn starttls_forgets_what_was_negotiated_before() {
+    let mut s = Server::new(tls_server(TlsPolicy::Optional));
+    let mut input = BytesMut::new();
+    input.put_u32(FLAG_C_FIXED_NEWSTYLE);
+    for o in [opt::STRUCTURED_REPLY, opt::STARTTLS] {
+        input.put_u64(IHAVEOPT);
+        input.put_u32(o);
+        input.put_u32(0);
+    }
+    s.handle_input(&input).unwrap();
+    assert!(s.structured_replies());
+    assert_eq!(s.poll_event(), Some(ServerEvent::StartTls));
+    s.tls_established();
+    assert!(!s.structured_replies());
+    // A second STARTTLS inside TLS is refused, not acknowledged.
+    let mut input = BytesMut::new();
+    input.put_u64(IHAVEOPT);
+    input.put_u32(opt::STARTTLS);
+    input.put_u32(0);
+    s.handle_input(&input).unwrap();
+    assert_eq!(s.poll_event(), None);
+}
+
+#[test]
+fn denied_client_gets_policy_errors() {
+    let mut p = Pair::new(tls_client(true), tls_server(TlsPolicy::Required));
+    p.s.deny("client certificate subject CN=mallory is not allowed");
+    let e = pump_result(&mut p).unwrap_err();
+    assert!(e.to_string().contains("NBD_REP_ERR_POLICY") && e.to_string().contains("CN=mallory"), "{e}");
 }

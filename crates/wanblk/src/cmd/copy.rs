@@ -11,7 +11,7 @@ use wanblk_blockdev::pool::Hedge;
 use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, Report};
 use wanblk_remote::{Remote, RemoteSummary};
 
-use crate::cmd::session::SessionArgs;
+use crate::cmd::session::{ClientTlsArgs, SessionArgs};
 use crate::location::{Location, Opened, open_destination, open_source};
 use crate::units::parse_size;
 
@@ -40,6 +40,8 @@ pub(crate) struct Args {
 
     #[command(flatten)]
     session: SessionArgs,
+    #[command(flatten)]
+    tls: ClientTlsArgs,
 
     /// Copy only the first SIZE bytes of the source (K, M, G suffixes).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -164,6 +166,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
 fn remote_options(args: &Args) -> wanblk_remote::RemoteOptions {
     wanblk_remote::RemoteOptions {
         tcp_log: args.tcp_log.clone(),
+        tls: args.tls.options(),
         ..args.session.remote_options(Hedge::ReadsAndWrites)
     }
 }

@@ -56,8 +56,14 @@ impl Opened {
     /// starts tuning it from the bytes its sessions complete and puts the
     /// front end in front. Straggling reads are hedged, writes never (two
     /// clients may write the same range).
-    pub(crate) async fn open(uri: &str, session: &SessionArgs, cache: &CacheArgs) -> anyhow::Result<Opened> {
-        let mut remote = Remote::new(session.remote_options(Hedge::Reads));
+    pub(crate) async fn open(
+        uri: &str,
+        session: &SessionArgs,
+        tls: wanblk_nbd::TlsClientOptions,
+        cache: &CacheArgs,
+    ) -> anyhow::Result<Opened> {
+        let mut remote =
+            Remote::new(wanblk_remote::RemoteOptions { tls, ..session.remote_options(Hedge::Reads) });
         let pool = remote.open(uri).await.context("store")?;
         for n in remote.notes() {
             eprintln!("wanblk: note: {n}");

@@ -12,7 +12,7 @@ use wanblk_blockdev::Endpoint;
 use wanblk_frontend::fuse::{self, MountOptions, Mounted};
 
 use crate::cmd::frontend::{CacheArgs, Opened};
-use crate::cmd::session::SessionArgs;
+use crate::cmd::session::{ClientTlsArgs, SessionArgs};
 
 /// How often the command checks whether the mount was removed from outside.
 const POLL: Duration = Duration::from_millis(200);
@@ -49,6 +49,8 @@ pub(crate) struct Args {
     #[command(flatten)]
     session: SessionArgs,
     #[command(flatten)]
+    tls: ClientTlsArgs,
+    #[command(flatten)]
     cache: CacheArgs,
     /// Show the disk read-only.
     #[arg(long)]
@@ -75,7 +77,7 @@ async fn mount(args: Args) -> anyhow::Result<()> {
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let opened = Opened::open(&args.uri, &args.session, &args.cache).await?;
+    let opened = Opened::open(&args.uri, &args.session, args.tls.options(), &args.cache).await?;
     let endpoint: std::sync::Arc<dyn Endpoint> = opened.front.clone();
     let opts =
         MountOptions { read_only: args.read_only, allow_other: args.allow_other, ..MountOptions::default() };

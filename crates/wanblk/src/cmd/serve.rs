@@ -28,6 +28,11 @@ use crate::cmd::target::ServeArgs;
 /// Runs until SIGINT or SIGTERM, then writes back what is pending. Each
 /// local URI is printed on stdout when listening.
 ///
+/// An `nbds://` store takes its TLS settings from the URI (libnbd's
+/// `?tls-certificates=DIR` etc.); `--tls*` options here are for the local
+/// side. The Unix socket is created 0600, so only this user can reach the
+/// remote store through it.
+///
 /// Example: `wanblk serve iscsi://san/iqn.x:disk/1 --socket /run/disk.sock`
 /// then `nbdfuse /mnt/disk nbd+unix:///?socket=/run/disk.sock` or
 /// `qemu-system-x86_64 -drive file=nbd+unix:///?socket=/run/disk.sock`.
@@ -50,7 +55,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let opened = Opened::open(&args.uri, &args.session, &args.cache).await?;
+    let opened = Opened::open(&args.uri, &args.session, Default::default(), &args.cache).await?;
     let backend: Arc<dyn Endpoint> = opened.front.clone();
     let result = crate::cmd::target::serve(&args.serve, true, Default::default(), backend).await;
     let finished = opened.finish().await;

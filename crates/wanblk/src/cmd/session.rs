@@ -88,6 +88,46 @@ pub(crate) enum IscsiMode {
     Mcs,
 }
 
+/// TLS settings for `nbds://` and `nbds+unix://` stores (libnbd's URI
+/// parameters of the same names override them per URI).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClientTlsArgs {
+    /// Directory with ca-cert.pem (the CA that signed the server's
+    /// certificate) and optionally client-cert.pem and client-key.pem
+    /// (libnbd's layout; URI: tls-certificates=DIR). Without it the
+    /// system's trusted CAs verify the server.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tls_certificates: Option<std::path::PathBuf>,
+    /// Verify the server's certificate and name (URI: tls-verify-peer).
+    /// `false` still encrypts, but to whoever answers.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) tls_verify_peer: bool,
+    /// The name the server's certificate must carry (URI: tls-hostname);
+    /// the URI's host by default.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tls_hostname: Option<String>,
+    /// TLS pre-shared key file (URI: tls-psk-file). Not supported: rustls
+    /// has no TLS-PSK; use certificates.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tls_psk_file: Option<std::path::PathBuf>,
+    /// PSK identity (URI: tls-username); only used with a PSK.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tls_username: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The options every `nbds://` store starts from.
+    pub(crate) fn options(&self) -> wanblk_nbd::TlsClientOptions {
+        wanblk_nbd::TlsClientOptions {
+            certificates: self.tls_certificates.clone(),
+            verify_peer: self.tls_verify_peer,
+            hostname: self.tls_hostname.clone(),
+            psk_file: self.tls_psk_file.clone(),
+            username: self.tls_username.clone(),
+        }
+    }
+}
+
 /// Session and tuning options (flattened into commands).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SessionArgs {
@@ -188,6 +228,7 @@ impl SessionArgs {
             hedge,
             tcp: TcpOptions { congestion: self.congestion.clone(), ..TcpOptions::default() },
             structured_replies: !self.no_structured_replies,
+            tls: wanblk_nbd::TlsClientOptions::default(),
             iscsi_mode: match self.iscsi_mode {
                 IscsiMode::Sessions => wanblk_remote::IscsiMode::Sessions,
                 IscsiMode::Mcs => wanblk_remote::IscsiMode::Mcs,

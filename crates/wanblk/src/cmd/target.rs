@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint};
-use wanblk_nbd::{NbdServer, NbdUri, ServeOptions};
+use wanblk_nbd::{NbdServer, NbdUri, ServeOptions, ServerTls, TlsServerOptions, UriTls};
 use wanblk_sys::tcp::TcpOptions;
 
-use crate::units::parse_size;
+use crate::units::{parse_duration, parse_size};
 
 /// Arguments of `wanblk target`.
 #[derive(Debug, clap::Args)]
@@ -23,10 +23,17 @@ Each served URI is printed on stdout on its own line as soon as the target liste
 Scripts can read these lines to connect. The target runs until SIGINT or SIGTERM, then stops
 accepting, lets requests in flight finish, removes its socket and pid file, and exits 0.
 
+Security: a Unix socket is created mode 0600 (--socket-mode); listening beyond loopback without
+TLS is refused unless --insecure is given, because anyone who can reach the port can read and
+write the disk. With --tls require every client must start TLS (NBD_OPT_STARTTLS) and verify
+this target's certificate; client certificates are checked when --tls-certificates holds a
+ca-cert.pem (required with --tls-verify-peer or --tls-allow).
+
 Examples:
   wanblk target --size 4G --export disk
   wanblk target --file disk.img --create 10G --listen 127.0.0.1:0 --socket /tmp/t.sock
-  wanblk target --size 1T --fill random:7 --read-only")]
+  wanblk target --size 1T --fill random:7 --read-only
+  wanblk target --file disk.img --listen 0.0.0.0:10809 --tls require --tls-certificates /etc/pki/wanblk")]
 pub(crate) struct Args {
     /// Serve a sparse in-memory disk of this size (K, M, G, T suffixes; 1 GiB if no --file).
     #[arg(long, value_parser = parse_size, conflicts_with = "file")]
@@ -55,6 +62,20 @@ pub(crate) struct Args {
     /// reno); the system default otherwise.
     #[arg(long)]
     congestion: Option<String>,
+    /// Most client connections at once (the same as --max-clients).
+    #[arg(long, value_name = "N", conflicts_with = "max_clients")]
+    max_connections: Option<usize>,
+}
+
+/// `--tls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TlsMode {
+    /// No TLS (NBD_OPT_STARTTLS is refused).
+    Off,
+    /// TLS offered; clients may still connect in clear text.
+    On,
+    /// TLS required: clients that do not start TLS are refused.
+    Require,
 }
 
 /// How and where to serve an export over NBD (shared by `wanblk target`
@@ -86,6 +107,101 @@ pub(crate) struct ServeArgs {
     /// Write the process id to this file once listening (removed on exit).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
+    /// TLS (NBD_OPT_STARTTLS): off, on (offered), or require.
+    #[arg(long, value_enum, default_value = "off")]
+    tls: TlsMode,
+    /// Directory with server-cert.pem and server-key.pem, and optionally
+    /// ca-cert.pem to verify client certificates (nbdkit's layout).
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by ca-cert.pem.
+    #[arg(long)]
+    tls_verify_peer: bool,
+    /// Serve only clients whose certificate subject is this (repeatable),
+    /// e.g. `CN=backup1,O=Example` (attributes in any order; all must
+    /// match). Implies client certificates signed by ca-cert.pem.
+    #[arg(long = "tls-allow", value_name = "SUBJECT")]
+    tls_allow: Vec<String>,
+    /// Serve in clear text on an address beyond loopback (refused without
+    /// this: anyone who can reach it can read and write the export).
+    #[arg(long)]
+    insecure: bool,
+    /// Most client connections at once. At the limit, the oldest
+    /// connection still in its handshake is dropped to make room; when
+    /// every connection is past its handshake, new ones are refused.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_clients: usize,
+    /// Time a client has to finish the NBD handshake (TLS included).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    handshake_timeout: std::time::Duration,
+    /// Close connections with no request in flight for this long (e.g.
+    /// 10m); never by default (idle sessions of a pool are normal).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    idle_timeout: Option<std::time::Duration>,
+    /// Permissions of the --socket file (octal); 0600 lets only this user connect.
+    #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
+    socket_mode: u32,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("expected an octal mode such as 600 or 660, got {s:?}")),
+    }
+}
+
+impl ServeArgs {
+    /// The TLS configuration, loaded and checked.
+    fn tls(&self) -> anyhow::Result<Option<ServerTls>> {
+        let dir = match (self.tls, &self.tls_certificates) {
+            (TlsMode::Off, None) => {
+                if self.tls_verify_peer || !self.tls_allow.is_empty() {
+                    bail!("--tls-verify-peer and --tls-allow need --tls on|require and --tls-certificates");
+                }
+                return Ok(None);
+            }
+            (TlsMode::Off, Some(_)) => {
+                bail!("--tls-certificates given with --tls off: add --tls require (or on)")
+            }
+            (mode, None) => bail!(
+                "--tls {} needs --tls-certificates DIR (server-cert.pem, server-key.pem)",
+                if mode == TlsMode::On { "on" } else { "require" }
+            ),
+            (_, Some(d)) => d,
+        };
+        let opts = TlsServerOptions {
+            certificates: dir.clone(),
+            verify_peer: self.tls_verify_peer,
+            allow_subjects: self.tls_allow.clone(),
+        };
+        Ok(Some(ServerTls::new(&opts).context("--tls-certificates")?))
+    }
+
+    /// Refuses (or warns about) clear text beyond loopback.
+    fn check_exposure(&self, addr: SocketAddr) -> anyhow::Result<()> {
+        if addr.ip().is_loopback() {
+            return Ok(());
+        }
+        match self.tls {
+            TlsMode::Require => Ok(()),
+            TlsMode::On => {
+                tracing::warn!(
+                    "listening on {addr} with --tls on: clients that skip TLS read and write the export in clear text; use --tls require"
+                );
+                Ok(())
+            }
+            TlsMode::Off if self.insecure => {
+                tracing::warn!(
+                    "listening on {addr} without TLS (--insecure): anyone who can reach it can read and write the export, and the data crosses the network in clear text"
+                );
+                Ok(())
+            }
+            TlsMode::Off => bail!(
+                "refusing to listen on {addr} without TLS: anyone who can reach it could read and write the export. \
+                 Use --tls require --tls-certificates DIR, listen on 127.0.0.1, or add --insecure"
+            ),
+        }
+    }
 }
 
 fn parse_fill(s: &str) -> Result<Fill, String> {
@@ -124,7 +240,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let backend = open_backend(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let tcp = TcpOptions { congestion: args.congestion.clone(), ..TcpOptions::default() };
-    rt.block_on(serve(&args.serve, !args.no_structured_replies, tcp, backend))
+    let mut serve_args = args.serve.clone();
+    if let Some(n) = args.max_connections {
+        serve_args.max_clients = n;
+    }
+    rt.block_on(serve(&serve_args, !args.no_structured_replies, tcp, backend))
 }
 
 /// Serves `backend` as described by `args` until SIGINT or SIGTERM,
@@ -140,6 +260,7 @@ pub(crate) async fn serve(
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
 
+    let tls = args.tls()?;
     let opts = ServeOptions {
         export_name: args.export.clone(),
         description: args.description.clone(),
@@ -148,6 +269,11 @@ pub(crate) async fn serve(
         sparse_reads: args.sparse_reads,
         max_in_flight: args.max_in_flight.max(1),
         tcp,
+        tls_required: args.tls == TlsMode::Require,
+        tls,
+        max_connections: args.max_clients.max(1),
+        handshake_timeout: args.handshake_timeout,
+        idle_timeout: args.idle_timeout,
         ..Default::default()
     };
     let server = NbdServer::new(backend, opts);
@@ -157,23 +283,30 @@ pub(crate) async fn serve(
         (None, None) => Some(SocketAddr::from(([127, 0, 0, 1], wanblk_nbd::DEFAULT_PORT))),
     };
 
+    // The URIs printed say how to connect: nbds:// when TLS is required.
+    let shown = |u: NbdUri| if args.tls == TlsMode::Require { u.with_tls(UriTls::default()) } else { u };
     let mut uris = Vec::new();
     let tcp = match listen {
         Some(addr) => {
+            args.check_exposure(addr)?;
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
             let local = l.local_addr()?;
-            uris.push(NbdUri::tcp(local.ip().to_string(), local.port(), &args.export));
+            uris.push(shown(NbdUri::tcp(local.ip().to_string(), local.port(), &args.export)));
             Some(l)
         }
         None => None,
     };
     let unix = match &args.socket {
         Some(path) => {
-            let l = tokio::net::UnixListener::bind(path)
+            let l = wanblk_sys::file::bind_unix_private(path, args.socket_mode)
+                .and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    tokio::net::UnixListener::from_std(l)
+                })
                 .with_context(|| format!("cannot listen on Unix socket {}", path.display()))?;
-            uris.push(NbdUri::unix(path, &args.export));
+            uris.push(shown(NbdUri::unix(path, &args.export)));
             Some(l)
         }
         None => None,

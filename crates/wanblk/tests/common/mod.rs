@@ -178,3 +178,87 @@ pub fn iscsi_login_tsihs(log: &str) -> Vec<u32> {
         .filter_map(|l| l.split("tsih=").nth(1)?.split_whitespace().next()?.parse().ok())
         .collect()
 }
+
+/// A `wanblk target` listening on a free port of 127.0.0.1, its stdout and
+/// stderr in files (for tests that read what it printed), stopped by PID
+/// on drop.
+pub struct Target {
+    /// The process.
+    pub peer: wanblk_testkit::Peer,
+    /// Its TCP port.
+    pub port: u16,
+    /// Where its stderr goes.
+    pub stderr: std::path::PathBuf,
+}
+
+/// Starts `wanblk target --listen 127.0.0.1:PORT ARGS...` and waits for it
+/// to listen; `name` names its output files in `dir`.
+pub fn target(dir: &Path, name: &str, args: &[&str]) -> Target {
+    let port = wanblk_testkit::free_port();
+    let stderr = dir.join(format!("{name}.stderr"));
+    let mut cmd = wanblk();
+    cmd.args(["target", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(std::fs::File::create(dir.join(format!("{name}.stdout"))).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let peer = wanblk_testkit::Peer::spawn("wanblk target", &mut cmd);
+    wanblk_testkit::wait_for_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(20));
+    Target { peer, port, stderr }
+}
+
+/// Everything a test's commands printed or wrote, to check that no secret
+/// (CHAP secret, private key material) ever shows in it.
+#[derive(Default)]
+pub struct Outputs(Vec<(String, Vec<u8>)>);
+
+impl Outputs {
+    /// Adds a command's stdout and stderr.
+    pub fn output(&mut self, what: &str, out: &Output) -> &mut Self {
+        self.0.push((format!("{what} (stdout)"), out.stdout.clone()));
+        self.0.push((format!("{what} (stderr)"), out.stderr.clone()));
+        self
+    }
+
+    /// Adds a file (a report, a log), if it exists.
+    pub fn file(&mut self, path: &Path) -> &mut Self {
+        if let Ok(b) = std::fs::read(path) {
+            self.0.push((path.display().to_string(), b));
+        }
+        self
+    }
+
+    /// Adds every file of `dir` whose name ends with one of `suffixes`.
+    pub fn files_in(&mut self, dir: &Path, suffixes: &[&str]) -> &mut Self {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if suffixes.iter().any(|s| name.ends_with(s)) {
+                self.file(&e.path());
+            }
+        }
+        self
+    }
+
+    /// How many outputs were collected.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Fails naming the output and the secret if any secret shows (also
+    /// percent-encoded or as hex).
+    pub fn assert_no_secret(&self, secrets: &[String]) {
+        assert!(!self.0.is_empty(), "no output collected");
+        for s in secrets {
+            assert!(s.len() >= 6, "secret {s:?} is too short to look for reliably");
+            let forms = [s.clone(), hex::encode(s.as_bytes()), s.replace('/', "%2F").replace('@', "%40")];
+            for (what, bytes) in &self.0 {
+                let text = String::from_utf8_lossy(bytes);
+                for f in &forms {
+                    // The message names where, never the line (it holds the secret).
+                    if let Some(n) = text.lines().position(|l| l.contains(f.as_str())) {
+                        panic!("a secret shows in line {} of {what}", n + 1);
+                    }
+                }
+            }
+        }
+    }
+}

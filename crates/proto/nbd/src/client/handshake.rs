@@ -5,6 +5,11 @@
 //! NBD_OPT_INFO / NBD_OPT_LIST end with NBD_OPT_ABORT ("Termination of the
 //! session during option haggling").
 //!
+//! With [`ClientConfig::tls`] the first option is NBD_OPT_STARTTLS (spec
+//! "TLS support", "NBD_OPT_STARTTLS"): once the server acknowledges it the
+//! handshake pauses ([`Progress::StartTls`]) while the driver runs TLS on
+//! the connection, and option haggling starts over inside TLS.
+//!
 //! Options go out back to back when [`ClientConfig::pipeline_options`] is
 //! set (the replies come in order, so [`OptState`] just advances), one round
 //! trip each otherwise.
@@ -48,6 +53,11 @@ pub struct ClientConfig {
     /// on a long-fat network). Servers read options one at a time, so this
     /// is safe; turn it off for a server that is not.
     pub pipeline_options: bool,
+    /// Upgrade the connection with NBD_OPT_STARTTLS before any other option,
+    /// and fail if the server cannot (TLS is required, never optional: a
+    /// client that falls back to clear text can be downgraded by anyone on
+    /// the path, spec "Downgrade attacks").
+    pub tls: bool,
 }
 
 impl Default for ClientConfig {
@@ -59,6 +69,7 @@ impl Default for ClientConfig {
             max_payload: DEFAULT_MAX_PAYLOAD,
             goal: Goal::Go,
             pipeline_options: true,
+            tls: false,
         }
     }
 }
@@ -107,6 +118,8 @@ const MAX_LISTED_EXPORTS: usize = 10_000;
 /// "Option types"); replies to pipelined options arrive in this order.
 #[derive(Debug)]
 enum OptState {
+    /// NBD_OPT_STARTTLS sent (spec "NBD_OPT_STARTTLS").
+    StartTls,
     /// NBD_OPT_STRUCTURED_REPLY sent (spec "NBD_OPT_STRUCTURED_REPLY").
     StructuredReply,
     /// NBD_OPT_SET_META_CONTEXT sent (spec "NBD_OPT_SET_META_CONTEXT");
@@ -137,6 +150,9 @@ enum State {
     /// NBD_OPT_EXPORT_NAME sent: waiting for size and flags, which are not
     /// an option reply (spec "Newstyle negotiation").
     ExportName,
+    /// NBD_OPT_STARTTLS acknowledged: the driver runs the TLS handshake;
+    /// no input is expected until it calls `tls_established`.
+    AwaitTls,
     /// The handshake is over (transmission entered, or NBD_OPT_ABORT sent).
     Done,
 }
@@ -148,6 +164,9 @@ pub(super) enum Progress {
     Continue,
     /// More input is needed.
     Wait,
+    /// The server acknowledged NBD_OPT_STARTTLS: run TLS, then call
+    /// [`Handshake::tls_established`].
+    StartTls,
     /// Transmission begins with what was agreed ([`Goal::Go`]).
     Ready(Negotiated),
     /// The export's information ([`Goal::Info`]); NBD_OPT_ABORT is queued.
@@ -198,6 +217,12 @@ impl Handshake {
             State::Greeting => self.on_greeting(buf, out),
             State::ExportName => self.on_export_name_reply(buf),
             State::Options(_) => self.on_option_reply(buf, out),
+            State::AwaitTls if buf.is_empty() => Ok(Progress::Wait),
+            // Bytes in clear text after the ACK would be taken as if they
+            // came over TLS (an injection on the path).
+            State::AwaitTls => {
+                Err(ProtocolError::Unexpected("data after the NBD_OPT_STARTTLS reply in clear text").into())
+            }
             State::Done => Err(ProtocolError::Unexpected("input after the handshake ended").into()),
         }
     }
@@ -220,6 +245,11 @@ impl Handshake {
         let g = Greeting::decode_exact(&frame, "server greeting").map_err(ProtocolError::from)?;
         match g {
             Greeting::Oldstyle { size, flags } => {
+                if self.cfg.tls {
+                    return Err(ClientError::Unsupported(
+                        "oldstyle server cannot do TLS (NBD_OPT_STARTTLS needs fixed newstyle)".into(),
+                    ));
+                }
                 if self.cfg.goal != Goal::Go {
                     return Err(ClientError::Unsupported(
                         "oldstyle server cannot list or describe exports".into(),
@@ -238,8 +268,16 @@ impl Handshake {
                 if self.gathered.no_zeroes {
                     cflags |= FLAG_C_NO_ZEROES;
                 }
+                if self.cfg.tls && !fixed {
+                    return Err(ClientError::Unsupported(
+                        "server does not speak fixed newstyle, so it cannot do TLS".into(),
+                    ));
+                }
                 out.frame(|b| ClientFlags(cflags).encode(b));
-                if !fixed {
+                if self.cfg.tls {
+                    queue_option(out, opt::STARTTLS, &[]);
+                    self.state = State::Options(OptState::StartTls);
+                } else if !fixed {
                     // Plain newstyle: only NBD_OPT_EXPORT_NAME is safe to send.
                     if self.cfg.goal != Goal::Go {
                         return Err(ClientError::Unsupported("server does not speak fixed newstyle".into()));
@@ -251,6 +289,20 @@ impl Handshake {
                 Ok(Progress::Continue)
             }
         }
+    }
+
+    /// The TLS handshake after [`Progress::StartTls`] succeeded: option
+    /// haggling starts over TLS.
+    pub(super) fn tls_established(&mut self, out: &mut OutQueue) {
+        if matches!(self.state, State::AwaitTls) {
+            self.wanted = OptionReplyHeader::LEN;
+            self.start_options(out);
+        }
+    }
+
+    /// Whether the handshake waits for the driver's TLS handshake.
+    pub(super) fn awaiting_tls(&self) -> bool {
+        matches!(self.state, State::AwaitTls)
     }
 
     fn start_options(&mut self, out: &mut OutQueue) {
@@ -356,6 +408,7 @@ impl Handshake {
         let hdr = OptionReplyHeader::decode(&mut Reader::new(&buf[..OptionReplyHeader::LEN], "option reply"))
             .map_err(ProtocolError::from)?;
         let expected = match &self.state {
+            State::Options(OptState::StartTls) => opt::STARTTLS,
             State::Options(OptState::StructuredReply) => opt::STRUCTURED_REPLY,
             State::Options(OptState::SetMetaContext) => opt::SET_META_CONTEXT,
             State::Options(OptState::GoInfo { option }) => *option,
@@ -391,6 +444,25 @@ impl Handshake {
             unreachable!("checked above")
         };
         match state {
+            OptState::StartTls => match hdr.reply {
+                rep::ACK => {
+                    self.state = State::AwaitTls;
+                    return Ok(Progress::StartTls);
+                }
+                r if r & rep::ERR_BIT != 0 => {
+                    return Err(ClientError::Refused {
+                        option: "NBD_OPT_STARTTLS",
+                        reply: match r {
+                            rep::ERR_UNSUP | rep::ERR_POLICY => {
+                                format!("{} (the server does not offer TLS)", reply_name(r))
+                            }
+                            r => reply_name(r),
+                        },
+                        message: err_text(),
+                    });
+                }
+                _ => return Err(bad.into()),
+            },
             OptState::StructuredReply => {
                 if hdr.reply == rep::ACK {
                     self.gathered.structured = true;
@@ -535,7 +607,7 @@ fn reply_name(r: u32) -> String {
         rep::ERR_POLICY => "NBD_REP_ERR_POLICY".into(),
         rep::ERR_INVALID => "NBD_REP_ERR_INVALID".into(),
         rep::ERR_PLATFORM => "NBD_REP_ERR_PLATFORM".into(),
-        rep::ERR_TLS_REQD => "NBD_REP_ERR_TLS_REQD (the server requires TLS, which is not supported)".into(),
+        rep::ERR_TLS_REQD => "NBD_REP_ERR_TLS_REQD (the server requires TLS: use nbds://)".into(),
         rep::ERR_UNKNOWN => "NBD_REP_ERR_UNKNOWN (no such export)".into(),
         rep::ERR_SHUTDOWN => "NBD_REP_ERR_SHUTDOWN".into(),
         rep::ERR_BLOCK_SIZE_REQD => "NBD_REP_ERR_BLOCK_SIZE_REQD".into(),

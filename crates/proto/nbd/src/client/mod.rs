@@ -41,6 +41,11 @@ pub enum Event {
     Info(Negotiated),
     /// The server's exports ([`Goal::List`]); the client sent NBD_OPT_ABORT.
     Exports(Vec<ServerReply>),
+    /// The server acknowledged NBD_OPT_STARTTLS ([`ClientConfig::tls`]):
+    /// send what [`Client::poll_transmit`] holds in clear text, run the TLS
+    /// handshake as the client on the same connection, then call
+    /// [`Client::tls_established`] and go on over TLS.
+    StartTls,
     /// A request completed.
     Reply(Reply),
 }
@@ -172,6 +177,19 @@ impl Client {
         }
     }
 
+    /// The TLS handshake that followed [`Event::StartTls`] succeeded: the
+    /// handshake goes on (its options are queued for sending over TLS).
+    pub fn tls_established(&mut self) {
+        if let Phase::Handshake(h) = &mut self.phase {
+            h.tls_established(&mut self.out);
+        }
+    }
+
+    /// Whether the client waits for the driver's TLS handshake.
+    pub fn awaiting_tls(&self) -> bool {
+        matches!(&self.phase, Phase::Handshake(h) if h.awaiting_tls())
+    }
+
     /// Queues a request and returns its cookie.
     ///
     /// # Errors
@@ -226,6 +244,11 @@ impl Client {
                 let (event, next) = match h.step(buf, &mut self.out)? {
                     Progress::Continue => return Ok(true),
                     Progress::Wait => return Ok(false),
+                    Progress::StartTls => {
+                        self.events.push_back(Event::StartTls);
+                        // The next call checks nothing followed the ACK.
+                        return Ok(true);
+                    }
                     Progress::Ready(neg) => {
                         (Event::Ready(neg.clone()), Phase::Transmission(Transmission::new(neg)))
                     }
