@@ -129,6 +129,34 @@ def corrupt(data, offset, value):
     return bytes(b)
 
 
+def pdus(stream):
+    """Splits a stream of PDUs without digests into whole PDUs."""
+    out = []
+    while stream:
+        dsl = int.from_bytes(stream[5:8], "big")
+        n = 48 + dsl + (4 - dsl % 4) % 4
+        out.append(stream[:n])
+        stream = stream[n:]
+    return out
+
+
+def with_data(p, data):
+    """PDU `p` with its data segment replaced by `data`."""
+    return pdu(p[:5] + len(data).to_bytes(3, "big") + p[8:48], data)
+
+
+def mutual_chap(response):
+    """The CHAP seed with mutual CHAP on (flags bit 3) and the target's
+    CHAP_N/CHAP_R in its answer to ours; the body's target secret is
+    fedcba9876543210, its CHAP_I 3, its challenge bytes 0..15."""
+    chap = seed("iscsi_login", "chap")
+    p = pdus(chap[1:])
+    keys = b"CHAP_N=t\0CHAP_R=0x" + response.hex().encode() + b"\0"
+    return bytes([chap[0] | 8]) + p[0] + p[1] + with_data(p[2], keys) + b"".join(p[3:])
+
+
+md5 = __import__("hashlib").md5
+good_response = md5(bytes([3]) + b"fedcba9876543210" + bytes(range(16))).digest()
 login_none = seed("iscsi_login", "none")
 datain = seed("iscsi_pdu_decoder", "datain")
 seeds["iscsi_login"] = {
@@ -138,6 +166,8 @@ seeds["iscsi_login"] = {
     "bad_itt": corrupt(login_none, 1 + 19, 0x99),
     "bad_not_a_login_response": corrupt(login_none, 1, 0x21),
     "truncated_response": login_none[: 1 + 48 + 7],
+    "mutual_chap": mutual_chap(good_response),
+    "bad_mutual_chap_response": mutual_chap(md5(b"a target that does not know the secret").digest()),
 }
 seeds["iscsi_pdu_decoder"] = {
     "bad_unknown_opcode": corrupt(datain, 1, 0x1C),

@@ -65,7 +65,14 @@ pub fn connector(uri: &str, opts: &RemoteOptions) -> Result<Arc<dyn Connector>, 
                 params: opts.iscsi_params.clone(),
                 max_request_bytes: opts.max_request_bytes,
                 tcp: opts.tcp.clone(),
+                secret: opts.iscsi_secret.clone(),
+                target_user: opts.iscsi_target_user.clone(),
+                target_secret: opts.iscsi_target_secret.clone(),
                 ..wanblk_iscsi::IscsiOptions::default()
+            };
+            let iscsi = match &opts.initiator_name {
+                Some(n) => wanblk_iscsi::IscsiOptions { initiator_name: n.clone(), ..iscsi },
+                None => iscsi,
             };
             Ok(Arc::new(wanblk_iscsi::IscsiConnector::new(uri, iscsi)?))
         }

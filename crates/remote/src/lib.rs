@@ -36,6 +36,8 @@ pub use error::RemoteError;
 pub use options::{RemoteOptions, Sessions, TCP_LOG_PERIOD, Tuning};
 pub use tcplog::HEADER as TCP_LOG_HEADER;
 pub use wanblk_iscsi::Mode as IscsiMode;
+/// A CHAP secret (never shown).
+pub use wanblk_iscsi::Secret;
 
 /// The network stores of one command. See the crate docs.
 ///

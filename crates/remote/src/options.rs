@@ -77,6 +77,14 @@ pub struct RemoteOptions {
     pub iscsi_mode: crate::IscsiMode,
     /// iSCSI login key overrides.
     pub iscsi_params: Vec<(String, String)>,
+    /// iSCSI InitiatorName (the host's default if `None`).
+    pub initiator_name: Option<String>,
+    /// iSCSI CHAP secret for a URI user without `%password`.
+    pub iscsi_secret: Option<wanblk_iscsi::Secret>,
+    /// iSCSI mutual CHAP: the target's user name, if it must be checked.
+    pub iscsi_target_user: Option<String>,
+    /// iSCSI mutual CHAP: the target's secret.
+    pub iscsi_target_secret: Option<wanblk_iscsi::Secret>,
     /// Write every session's TCP_INFO as CSV to this file every
     /// [`TCP_LOG_PERIOD`](crate::TCP_LOG_PERIOD).
     pub tcp_log: Option<PathBuf>,
@@ -98,6 +106,10 @@ impl Default for RemoteOptions {
             tls: wanblk_nbd::TlsClientOptions::default(),
             iscsi_mode: wanblk_iscsi::Mode::Sessions,
             iscsi_params: Vec::new(),
+            initiator_name: None,
+            iscsi_secret: None,
+            iscsi_target_user: None,
+            iscsi_target_secret: None,
             tcp_log: None,
         }
     }

@@ -319,6 +319,38 @@ impl Tgt {
         self.tgtadm(&["--op", "bind", "--mode", "account", "--tid", &tid.to_string(), "--user", user]);
     }
 
+    /// Adds the CHAP account `user`/`password` and binds it to `tid` as the
+    /// target's outgoing account: the target proves it knows `password`
+    /// to initiators that ask (mutual CHAP).
+    ///
+    /// # Panics
+    /// tgtadm refuses.
+    pub fn chap_outgoing(&self, tid: u32, user: &str, password: &str) {
+        self.tgtadm(&["--op", "new", "--mode", "account", "--user", user, "--password", password]);
+        self.tgtadm(&[
+            "--op",
+            "bind",
+            "--mode",
+            "account",
+            "--tid",
+            &tid.to_string(),
+            "--user",
+            user,
+            "--outgoing",
+        ]);
+    }
+
+    /// Lets only the initiator named `name` log in to `tid` (an ACL by
+    /// InitiatorName instead of every initiator).
+    ///
+    /// # Panics
+    /// tgtadm refuses.
+    pub fn allow_only_initiator(&self, tid: u32, name: &str) {
+        let t = tid.to_string();
+        self.tgtadm(&["--op", "unbind", "--mode", "target", "--tid", &t, "-I", "ALL"]);
+        self.tgtadm(&["--op", "bind", "--mode", "target", "--tid", &t, "--initiator-name", name]);
+    }
+
     /// Deletes target `tid` at once (drops its connections).
     ///
     /// tgt refuses ("this logical unit is still active") while commands

@@ -29,6 +29,7 @@
 //! when `nop_interval` is set and drops those that do not answer.
 
 mod endpoint;
+pub mod identity;
 mod login;
 mod transport;
 pub mod uri;
@@ -43,10 +44,11 @@ use async_trait::async_trait;
 use wanblk_blockdev::{Connector, Endpoint, EndpointError, Result};
 use wanblk_iscsi_proto::discovery::DiscoveredTarget;
 use wanblk_iscsi_proto::keys::{self, Params};
-use wanblk_iscsi_proto::{Auth, CmdWindow, Connection, LoginConfig, encode_lun};
+use wanblk_iscsi_proto::{Auth, CmdWindow, Connection, LoginConfig, TargetAuth, encode_lun};
 
 pub use endpoint::IscsiEndpoint;
-pub use uri::{IscsiUri, UriError};
+pub use identity::{Secret, default_initiator_name};
+pub use uri::{IscsiUri, UriError, redact};
 
 use crate::endpoint::LunInfo;
 use crate::transport::{Link, Liveness, Window};
@@ -72,8 +74,6 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Default InitiatorName.
-pub const DEFAULT_INITIATOR_NAME: &str = "iqn.2024-01.invalid.wanblk:initiator";
 /// Default size of one READ/WRITE command (seed 001: 4 MB commands recover
 /// what 127.5 KB commands lose on long paths).
 pub const DEFAULT_MAX_REQUEST_BYTES: u32 = 4 << 20;
@@ -86,8 +86,19 @@ pub struct IscsiOptions {
     /// `--iscsi-param KEY=VALUE` overrides of the offered login keys (e.g.
     /// `HeaderDigest=CRC32C`, `MaxBurstLength=1048576`).
     pub params: Vec<(String, String)>,
-    /// InitiatorName.
+    /// InitiatorName ([`default_initiator_name`] by default).
     pub initiator_name: String,
+    /// The CHAP secret when the URI names a user without `%password`
+    /// (`--secret-file`); else the `WANBLK_ISCSI_PASSWORD` environment
+    /// variable is used.
+    pub secret: Option<Secret>,
+    /// Mutual CHAP: the CHAP user name the target must answer with (any
+    /// if `None`).
+    pub target_user: Option<String>,
+    /// Mutual CHAP: the target's secret (`--target-secret-file`, else the
+    /// `WANBLK_ISCSI_TARGET_PASSWORD` environment variable); the target is
+    /// authenticated when one is given.
+    pub target_secret: Option<Secret>,
     /// Largest READ/WRITE command, bytes (lowered to the target's Block
     /// Limits maximum transfer length).
     pub max_request_bytes: u32,
@@ -106,7 +117,10 @@ impl Default for IscsiOptions {
         IscsiOptions {
             mode: Mode::Sessions,
             params: Vec::new(),
-            initiator_name: DEFAULT_INITIATOR_NAME.to_string(),
+            initiator_name: default_initiator_name(),
+            secret: None,
+            target_user: None,
+            target_secret: None,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             tcp: wanblk_sys::tcp::TcpOptions::default(),
             login_timeout: Duration::from_secs(15),
@@ -152,12 +166,29 @@ impl IscsiConnector {
     /// # Errors
     /// [`wanblk_blockdev::ErrorKind::Config`] for a bad URI or a bad `--iscsi-param`.
     pub fn new(uri: &str, opts: IscsiOptions) -> Result<IscsiConnector> {
-        let parsed = IscsiUri::parse(uri).map_err(|e| {
-            // The raw URI may hold a password: name the endpoint without it.
-            let shown = uri.split_once('@').map_or(uri.to_string(), |(_, h)| format!("iscsi://{h}"));
-            EndpointError::config(shown, None, e.to_string())
-        })?;
+        // The raw URI may hold a password: name the endpoint without it.
+        let parsed =
+            IscsiUri::parse(uri).map_err(|e| EndpointError::config(redact(uri), None, e.to_string()))?;
         let name = parsed.to_string();
+        identity::valid_name(&opts.initiator_name).map_err(|e| {
+            EndpointError::config(&name, None, format!("InitiatorName {:?}: {e}", opts.initiator_name))
+        })?;
+        let mut opts = opts;
+        if opts.target_secret.is_none() {
+            opts.target_secret = Secret::from_env(uri::TARGET_PASSWORD_ENV);
+        }
+        if parsed.user.is_none() && (opts.secret.is_some() || opts.target_secret.is_some()) {
+            return Err(EndpointError::config(
+                &name,
+                None,
+                "a CHAP secret was given but the URI names no user (iscsi://USER@host/iqn/lun)",
+            ));
+        }
+        if parsed.password.is_some() {
+            tracing::warn!(
+                "{name}: the CHAP secret is in the URI, where other local users can read it (ps); use --secret-file or WANBLK_ISCSI_PASSWORD"
+            );
+        }
         let max_conn = match opts.mode {
             Mode::Sessions => 1,
             Mode::Mcs => 65535,
@@ -205,11 +236,41 @@ impl IscsiConnector {
         self.opts.mode
     }
 
+    /// The initiator's CHAP secret: the URI's, else `--secret-file`, else
+    /// the environment.
     fn auth(&self) -> Auth {
-        match (&self.uri.user, &self.uri.password) {
-            (Some(u), Some(p)) => Auth::Chap { user: u.clone(), secret: p.as_bytes().to_vec() },
-            _ => Auth::None,
+        let Some(user) = &self.uri.user else { return Auth::None };
+        let secret = match (&self.uri.password, &self.opts.secret) {
+            (Some(p), _) => Some(p.as_bytes().to_vec()),
+            (None, Some(s)) => Some(s.expose().to_vec()),
+            (None, None) => Secret::from_env(uri::PASSWORD_ENV).map(|s| s.expose().to_vec()),
+        };
+        match secret {
+            Some(secret) => Auth::Chap { user: user.clone(), secret },
+            None => Auth::None,
         }
+    }
+
+    /// Mutual CHAP with a fresh random challenge, when a target secret is set.
+    fn target_auth(&self) -> Option<TargetAuth> {
+        let secret = self.opts.target_secret.as_ref()?;
+        let mut challenge = vec![0u8; 16];
+        let random = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+            use std::io::Read;
+            f.read_exact(&mut challenge)
+        });
+        if random.is_err() {
+            // Unique per login all the same (never reused, never the target's).
+            let mut h = RandomState::new().build_hasher();
+            h.write_u32(self.itt_base.load(Ordering::Relaxed));
+            challenge[..8].copy_from_slice(&h.finish().to_be_bytes());
+        }
+        Some(TargetAuth {
+            user: self.opts.target_user.clone(),
+            secret: secret.expose().to_vec(),
+            id: challenge[0],
+            challenge,
+        })
     }
 
     /// A fresh ISID: random qualifier (type 10b, RFC 7143 section 11.12.5).
@@ -240,6 +301,7 @@ impl IscsiConnector {
             cmd_sn,
             exp_stat_sn: 0,
             auth: self.auth(),
+            target_auth: self.target_auth(),
             offer: self.offer.clone(),
             session,
         }

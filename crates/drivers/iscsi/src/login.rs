@@ -17,8 +17,10 @@ pub(crate) fn login_error(name: &str, e: LoginError) -> EndpointError {
         LoginError::Status { class, detail, .. } => {
             ErrorKind::Server { code: (u32::from(*class) << 8) | u32::from(*detail), message: e.to_string() }
         }
-        LoginError::Config(_) => ErrorKind::Config(e.to_string()),
-        LoginError::Auth(m) if m.contains("give user and password") => ErrorKind::Config(e.to_string()),
+        LoginError::Config(_) | LoginError::AuthRequired(_) => ErrorKind::Config(e.to_string()),
+        // The target failed mutual CHAP: it is not who it says; trying
+        // again would not change that.
+        LoginError::TargetAuth(_) => ErrorKind::Config(format!("login: {e}")),
         _ => ErrorKind::Protocol(format!("login: {e}")),
     };
     EndpointError::new(name, None, kind)
@@ -52,6 +54,25 @@ pub(crate) async fn login(
     cfg: LoginConfig,
     timeout: Duration,
 ) -> Result<(LoginOutcome, BytesMut), EndpointError> {
+    let initiator = cfg.initiator_name.clone();
+    // What to check when the target refuses: tgtd answers "target not
+    // found" to an initiator its ACL leaves out.
+    let login_error = |name: &str, e: LoginError| {
+        let hint = match &e {
+            LoginError::Status { class: 2, detail: 1, .. } => {
+                "; check the CHAP user and its secret (--secret-file)".to_string()
+            }
+            LoginError::Status { class: 2, detail: 2 | 3, .. } => {
+                format!("; or the target does not allow InitiatorName {initiator} (--initiator-name)")
+            }
+            _ => String::new(),
+        };
+        let mut err = login_error(name, e);
+        if let ErrorKind::Server { message, .. } = &mut err.kind {
+            message.push_str(&hint);
+        }
+        err
+    };
     let fut = async {
         let (mut login, first) = Login::new(cfg).map_err(|e| login_error(name, e))?;
         write_pdu(stream, &first).await.map_err(|e| EndpointError::io(name, None, format!("login: {e}")))?;

@@ -1,4 +1,12 @@
 //! `iscsi://[user[%password]@]host[:port]/target-iqn/lun` (libiscsi's form).
+//!
+//! The user information ends at the *last* `@` of the URI (no IQN, host or
+//! LUN has one), so a `/`, `@`, `?` or `#` in a password never moves the
+//! host; the first `%` separates the user from the password. Both are
+//! percent-decoded (`%2F` is `/`, `%40` is `@`, `%25` is `%`); a `%` not
+//! followed by two hex digits is kept as it is (libiscsi does not decode,
+//! so its URIs keep working). [`redact`] uses the same split, so what it
+//! hides is exactly what the parser takes as the password.
 
 use std::fmt;
 
@@ -8,6 +16,9 @@ pub const DEFAULT_PORT: u16 = 3260;
 /// Environment variable holding the CHAP secret when the URI names a user
 /// without a password (keeps the secret out of the process list).
 pub const PASSWORD_ENV: &str = "WANBLK_ISCSI_PASSWORD";
+
+/// Environment variable holding the target's CHAP secret (mutual CHAP).
+pub const TARGET_PASSWORD_ENV: &str = "WANBLK_ISCSI_TARGET_PASSWORD";
 
 /// A parsed iSCSI URI.
 #[derive(Clone, PartialEq, Eq)]
@@ -47,33 +58,88 @@ pub enum UriError {
     /// A user with an empty name.
     #[error("empty user name in iSCSI URI")]
     User,
+    /// `user:password@`: the password would be taken as part of the user
+    /// name and sent in clear text.
+    #[error("iSCSI URIs take user%password@ (libiscsi's form), not user:password@")]
+    Colon,
+    /// A user name or password that is not UTF-8 once decoded.
+    #[error("bad percent-encoding in the iSCSI URI's user or password")]
+    Encoding,
+}
+
+/// Splits `iscsi://USERINFO@REST` at the last `@`: the one rule the parser
+/// and [`redact`] share. `rest` is everything after `iscsi://` when there
+/// is no `@`.
+fn split_userinfo(after_scheme: &str) -> (Option<&str>, &str) {
+    match after_scheme.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, after_scheme),
+    }
+}
+
+/// The user part of the user information: up to the first `%` (or `:`).
+fn user_part(userinfo: &str) -> &str {
+    userinfo.split(['%', ':']).next().unwrap_or("")
+}
+
+/// `s` with any password removed, for messages and logs: the user
+/// information is cut at the same `@` the parser uses and only the user
+/// name (before the first `%` or `:`) is kept. Anything that is not an
+/// `iscsi://` URI is returned as it is.
+pub fn redact(s: &str) -> String {
+    let Some(after) = s.get(..8).filter(|p| p.eq_ignore_ascii_case("iscsi://")).map(|_| &s[8..]) else {
+        return s.to_string();
+    };
+    match split_userinfo(after) {
+        (Some(u), rest) => format!("iscsi://{}@{rest}", user_part(u)),
+        (None, _) => s.to_string(),
+    }
+}
+
+/// Decodes `%XX`; a `%` without two hex digits stays a `%`.
+fn percent_decode(s: &str) -> Result<String, UriError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| UriError::Encoding)
 }
 
 impl IscsiUri {
-    /// Parses a URI. A user without `%password` takes the secret from the
-    /// `WANBLK_ISCSI_PASSWORD` environment variable, if set.
+    /// Parses a URI (the password, if any, from the URI only; see
+    /// [`crate::IscsiConnector`] for the secret file and environment).
     ///
     /// # Errors
-    /// [`UriError`] naming what is missing or malformed.
+    /// [`UriError`] naming what is missing or malformed, never quoting the
+    /// user information.
     pub fn parse(s: &str) -> Result<IscsiUri, UriError> {
-        let rest = s.strip_prefix("iscsi://").ok_or(UriError::Scheme)?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
+        let after = s.get(..8).filter(|p| p.eq_ignore_ascii_case("iscsi://")).ok_or(UriError::Scheme)?;
+        let (userinfo, rest) = split_userinfo(&s[after.len()..]);
+        let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (user, password) = match userinfo {
             None => (None, None),
             Some(u) => {
                 let (name, pw) = match u.split_once('%') {
-                    Some((n, p)) => (n, Some(p.to_string())),
+                    Some((n, p)) => (n, Some(percent_decode(p)?)),
+                    None if u.contains(':') => return Err(UriError::Colon),
                     None => (u, None),
                 };
                 if name.is_empty() {
                     return Err(UriError::User);
                 }
-                let pw = pw.or_else(|| std::env::var(PASSWORD_ENV).ok());
-                (Some(name.to_string()), pw)
+                (Some(percent_decode(name)?), pw)
             }
         };
         let (host, port) = if let Some(r) = hostport.strip_prefix('[') {
@@ -146,6 +212,51 @@ impl fmt::Debug for IscsiUri {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_with_slash_at_and_percent() {
+        // Raw: the last @ ends the user information.
+        let u = IscsiUri::parse("iscsi://alice%pa/ss@w?rd#x@10.0.0.1/iqn.2024-01.test:disk/1").unwrap();
+        assert_eq!(u.password.as_deref(), Some("pa/ss@w?rd#x"));
+        assert_eq!(u.host, "10.0.0.1");
+        assert_eq!(u.target, "iqn.2024-01.test:disk");
+        // Encoded.
+        // The first % ends the user name.
+        let u = IscsiUri::parse("iscsi://bob%pa%2Fss%40w%25rd@h/iqn.x:y/0").unwrap();
+        assert_eq!(u.user.as_deref(), Some("bob"));
+        assert_eq!(u.password.as_deref(), Some("pa/ss@w%rd"));
+        assert_eq!(IscsiUri::parse("iscsi://a:b@h/iqn.x:y/0"), Err(UriError::Colon));
+    }
+
+    #[test]
+    fn redaction_agrees_with_the_parser() {
+        let cases = [
+            "iscsi://alice%s3cr/t@x@10.0.0.1/iqn.x:y/1",
+            "iscsi://alice%s3cr%t@h/iqn.x:y/1",
+            "iscsi://alice%@@@h/iqn.x:y/1",
+            "ISCSI://alice%pw@h/iqn.x:y/1",
+            "iscsi://alice:pw@h/iqn.x:y/1",
+            "iscsi://%pw@h/iqn.x/1",
+            "iscsi://h/iqn.x:y/1",
+        ];
+        for c in cases {
+            let r = redact(c);
+            for secret in ["s3cr", "pw", "@@"] {
+                assert!(
+                    !r.contains(&format!("%{secret}")) && !r.contains(&format!(":{secret}")),
+                    "{c} -> {r}"
+                );
+            }
+            if let Ok(u) = IscsiUri::parse(c) {
+                if let Some(p) = u.password.as_deref().filter(|p| !p.is_empty()) {
+                    assert!(!r.contains(p), "{c} -> {r} shows the password");
+                }
+                // What stays is the host the parser connects to.
+                assert!(r.ends_with(&format!("{}/{}/{}", u.host, u.target, u.lun)), "{c} -> {r}");
+            }
+        }
+        assert_eq!(redact("nbd://h/x"), "nbd://h/x");
+    }
 
     #[test]
     fn full() {

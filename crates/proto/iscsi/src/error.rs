@@ -124,6 +124,15 @@ pub enum LoginError {
     /// Authentication could not proceed (unsupported method, bad challenge...).
     #[error("authentication: {0}")]
     Auth(String),
+    /// The target asks for authentication and we have no CHAP user.
+    #[error(
+        "target requires authentication (AuthMethod={0}); give a CHAP user in the URI (iscsi://USER@host/...) and its secret with --secret-file"
+    )]
+    AuthRequired(String),
+    /// Mutual CHAP: the target did not prove it knows its secret, or
+    /// answered as another user. It is not the target we meant to reach.
+    #[error("the target failed mutual CHAP: {0}")]
+    TargetAuth(String),
     /// The negotiation broke the rules of RFC 7143 section 6.2 or 13.
     #[error("negotiation of {key}: {message}")]
     Negotiation {

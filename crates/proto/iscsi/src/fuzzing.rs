@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use crate::discovery::{Discovery, DiscoveryStep};
 use crate::error::CommandError;
 use crate::keys::{Negotiation, Params, long_fat_network_offer};
-use crate::login::{Auth, Login, LoginConfig, LoginOutcome, LoginStep};
+use crate::login::{Auth, Login, LoginConfig, LoginOutcome, LoginStep, TargetAuth};
 use crate::pdu::Codec;
 use crate::scsi::{self, Sense};
 use crate::{CmdWindow, Command, Connection, DataDir, text};
@@ -86,8 +86,9 @@ pub fn text_keys(data: &[u8]) -> Result<(), String> {
 
 /// Arbitrary target bytes into the login state machine (security stage with
 /// AuthMethod None or CHAP, operational negotiation, continuation text).
-/// The first byte picks the authentication, whether a target name is given
-/// and whether the connection joins an existing session (MC/S).
+/// The first byte picks the authentication (bit 0: CHAP; bit 3 with it:
+/// mutual CHAP, the target's CHAP_N/CHAP_R checked), whether a target name
+/// is given and whether the connection joins an existing session (MC/S).
 pub fn login(data: &[u8]) -> Result<(), String> {
     let Some((&flags, rest)) = data.split_first() else { return Ok(()) };
     let added = flags & 2 != 0;
@@ -100,6 +101,12 @@ pub fn login(data: &[u8]) -> Result<(), String> {
         itt: 0x10,
         cmd_sn: 1,
         exp_stat_sn: 0,
+        target_auth: (flags & 9 == 9).then(|| TargetAuth {
+            user: Some("t".into()),
+            secret: b"fedcba9876543210".to_vec(),
+            id: 3,
+            challenge: (0u8..16).collect(),
+        }),
         auth: if flags & 1 != 0 {
             Auth::Chap { user: "u".into(), secret: b"0123456789abcdef".to_vec() }
         } else {

@@ -47,5 +47,5 @@ pub mod text;
 pub use conn::{CmdWindow, Command, Connection, DataDir, Event, Outcome, encode_lun};
 pub use error::{CommandError, ConnError, LoginError, PduError, TextError};
 pub use keys::Params;
-pub use login::{Auth, Login, LoginConfig, LoginOutcome, LoginStep};
+pub use login::{Auth, Login, LoginConfig, LoginOutcome, LoginStep, TargetAuth};
 pub use pdu::{Codec, Header, OutPdu, Pdu};

@@ -8,7 +8,10 @@
 //! ```
 //!
 //! Authentication is `AuthMethod=None` or CHAP with MD5 (RFC 7143 section
-//! 12.1.3), the initiator answering the target's challenge.
+//! 12.1.3), the initiator answering the target's challenge, and with
+//! [`LoginConfig::target_auth`] mutual CHAP: the initiator sends its own
+//! `CHAP_I`/`CHAP_C` with its answer and checks the target's
+//! `CHAP_N`/`CHAP_R` before going on.
 
 use bytes::{Bytes, BytesMut};
 
@@ -49,6 +52,26 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// Mutual CHAP: what the target must prove (RFC 7143 section 12.1.3).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TargetAuth {
+    /// The CHAP_N the target must answer with (any, if `None`).
+    pub user: Option<String>,
+    /// The target's secret.
+    pub secret: Vec<u8>,
+    /// Our CHAP_I.
+    pub id: u8,
+    /// Our CHAP_C: random bytes from the caller (this crate reads no
+    /// random source); at least 16.
+    pub challenge: Vec<u8>,
+}
+
+impl std::fmt::Debug for TargetAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TargetAuth {{ user: {:?}, secret: <hidden> }}", self.user)
+    }
+}
+
 /// What one connection's login needs to know.
 #[derive(Debug, Clone)]
 pub struct LoginConfig {
@@ -70,6 +93,8 @@ pub struct LoginConfig {
     pub exp_stat_sn: u32,
     /// Authentication.
     pub auth: Auth,
+    /// Mutual CHAP (with [`Auth::Chap`]): authenticate the target too.
+    pub target_auth: Option<TargetAuth>,
     /// Operational keys to offer (see [`crate::keys::long_fat_network_offer`]).
     pub offer: Pairs,
     /// The leading connection's values when adding a connection (MC/S).
@@ -168,6 +193,22 @@ impl Login {
         }
         if cfg.initiator_name.is_empty() {
             return Err(LoginError::Config("empty InitiatorName".into()));
+        }
+        if let Some(t) = &cfg.target_auth {
+            let Auth::Chap { secret, .. } = &cfg.auth else {
+                return Err(LoginError::Config("authenticating the target (mutual CHAP) needs CHAP".into()));
+            };
+            // RFC 7143 section 12.1.3: a secret authenticates one direction only.
+            if *secret == t.secret {
+                return Err(LoginError::Config(
+                    "the target's secret must differ from the initiator's (RFC 7143 section 12.1.3)".into(),
+                ));
+            }
+            if t.challenge.len() < 16 || t.challenge.len() > MAX_CHALLENGE {
+                return Err(LoginError::Config(
+                    "the CHAP challenge for the target must be 16 to 1024 bytes".into(),
+                ));
+            }
         }
         let neg = Negotiation::new(&cfg.offer, leading);
         let login = Login {
@@ -358,9 +399,7 @@ impl Login {
                     (None, Auth::Chap { .. }) => {
                         Err(LoginError::Auth("target did not answer AuthMethod=CHAP".into()))
                     }
-                    (Some(m), Auth::None) => Err(LoginError::Auth(format!(
-                        "target requires authentication (AuthMethod={m}); give user and password in the URI"
-                    ))),
+                    (Some(m), Auth::None) => Err(LoginError::AuthRequired(m.to_string())),
                 }
             }
             (State::ChapAlgorithm, Auth::Chap { user, secret }) => {
@@ -382,10 +421,24 @@ impl Login {
                 }
                 let response = chap_response(id, &secret, &challenge);
                 self.state = State::ChapResponse;
-                let keys = vec![("CHAP_N".to_string(), user), ("CHAP_R".to_string(), text::hex(&response))];
+                let mut keys =
+                    vec![("CHAP_N".to_string(), user), ("CHAP_R".to_string(), text::hex(&response))];
+                if let Some(t) = &self.cfg.target_auth {
+                    // RFC 7143 section 12.1.3: never the challenge the other side sent.
+                    if t.challenge == challenge {
+                        return Err(LoginError::TargetAuth("it sent our own CHAP challenge back".into()));
+                    }
+                    keys.push(("CHAP_I".to_string(), t.id.to_string()));
+                    keys.push(("CHAP_C".to_string(), text::hex(&t.challenge)));
+                }
                 Ok(LoginStep::Send(self.request(Stage::Security, true, Stage::Operational, &keys)?))
             }
-            (State::ChapResponse, _) => self.after_security(rsp),
+            (State::ChapResponse, _) => {
+                if let Some(t) = &self.cfg.target_auth {
+                    check_target(t, &auth_keys)?;
+                }
+                self.after_security(rsp)
+            }
             _ => Err(LoginError::Protocol("unexpected security negotiation state".into())),
         }
     }
@@ -457,6 +510,33 @@ impl Login {
     }
 }
 
+/// Mutual CHAP: the target's CHAP_N and CHAP_R (RFC 7143 section 12.1.3).
+fn check_target(t: &TargetAuth, keys: &Pairs) -> Result<(), LoginError> {
+    let (Some(name), Some(r)) = (text::get(keys, "CHAP_N"), text::get(keys, "CHAP_R")) else {
+        return Err(LoginError::TargetAuth(
+            "it did not authenticate itself (no CHAP_N/CHAP_R): does it have an outgoing account \
+             (tgtadm --op bind --mode account --outgoing)?"
+                .into(),
+        ));
+    };
+    if let Some(want) = &t.user
+        && want != name
+    {
+        return Err(LoginError::TargetAuth(format!("it answered as CHAP user {name:?}, expected {want:?}")));
+    }
+    let got = text::parse_binary("CHAP_R", r)?;
+    let want = chap_response(t.id, &t.secret, &t.challenge);
+    // Compared in full whatever the first difference.
+    let same =
+        got.len() == want.len() && got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if !same {
+        return Err(LoginError::TargetAuth(
+            "its CHAP response is wrong: it does not know the target secret".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn text_too_long(n: usize) -> LoginError {
     LoginError::Text(crate::error::TextError::TooLong(n))
 }
@@ -484,6 +564,7 @@ mod tests {
             cmd_sn: 1,
             exp_stat_sn: 0,
             auth,
+            target_auth: None,
             offer: long_fat_network_offer(1),
             session: None,
         }
@@ -610,6 +691,98 @@ mod tests {
         assert!(matches!(step, LoginStep::Send(_)));
     }
 
+    fn mutual(user: Option<&str>) -> LoginConfig {
+        LoginConfig {
+            target_auth: Some(TargetAuth {
+                user: user.map(str::to_string),
+                secret: b"target-secret-1".to_vec(),
+                id: 9,
+                challenge: (0u8..16).collect(),
+            }),
+            ..cfg(Auth::Chap { user: "u".into(), secret: b"secretsecret".to_vec() })
+        }
+    }
+
+    /// Runs a CHAP login up to the target's answer to CHAP_N/CHAP_R.
+    fn mutual_until_answer(l: &mut Login) -> Pairs {
+        l.handle_pdu(response(false, Stage::Security, Stage::Security, &[("AuthMethod", "CHAP")], 1))
+            .unwrap();
+        let LoginStep::Send(n) = l
+            .handle_pdu(response(
+                false,
+                Stage::Security,
+                Stage::Security,
+                &[("CHAP_A", "5"), ("CHAP_I", "7"), ("CHAP_C", "0x0102030405")],
+                2,
+            ))
+            .unwrap()
+        else {
+            panic!()
+        };
+        request_of(&n).1
+    }
+
+    #[test]
+    fn mutual_chap_checks_the_target() {
+        let (mut l, _) = Login::new(mutual(Some("tgt"))).unwrap();
+        let keys = mutual_until_answer(&mut l);
+        assert_eq!(text::get(&keys, "CHAP_I"), Some("9"));
+        let challenge: Vec<u8> = (0u8..16).collect();
+        assert_eq!(text::get(&keys, "CHAP_C"), Some(text::hex(&challenge).as_str()));
+        let good = text::hex(&chap_response(9, b"target-secret-1", &challenge));
+        let step = l
+            .handle_pdu(response(
+                true,
+                Stage::Security,
+                Stage::Operational,
+                &[("CHAP_N", "tgt"), ("CHAP_R", &good)],
+                3,
+            ))
+            .unwrap();
+        assert!(matches!(step, LoginStep::Send(_)));
+
+        // A wrong response, a wrong name, or none at all fail.
+        let bad = text::hex(&chap_response(9, b"guess", &challenge));
+        for keys in [
+            vec![("CHAP_N", "tgt"), ("CHAP_R", bad.as_str())],
+            vec![("CHAP_N", "other"), ("CHAP_R", &good)],
+            vec![],
+        ] {
+            let (mut l, _) = Login::new(mutual(Some("tgt"))).unwrap();
+            mutual_until_answer(&mut l);
+            let e = l.handle_pdu(response(true, Stage::Security, Stage::Operational, &keys, 3)).unwrap_err();
+            assert!(matches!(e, LoginError::TargetAuth(_)), "{e}");
+        }
+    }
+
+    #[test]
+    fn mutual_chap_configuration_is_checked() {
+        let mut c = mutual(None);
+        c.target_auth.as_mut().unwrap().secret = b"secretsecret".to_vec();
+        assert!(matches!(Login::new(c), Err(LoginError::Config(_))), "same secret both ways");
+        let mut c = mutual(None);
+        c.auth = Auth::None;
+        assert!(matches!(Login::new(c), Err(LoginError::Config(_))));
+        let mut c = mutual(None);
+        c.target_auth.as_mut().unwrap().challenge = vec![1; 4];
+        assert!(matches!(Login::new(c), Err(LoginError::Config(_))));
+        // The target reflecting our challenge is refused.
+        let (mut l, _) = Login::new(mutual(None)).unwrap();
+        l.handle_pdu(response(false, Stage::Security, Stage::Security, &[("AuthMethod", "CHAP")], 1))
+            .unwrap();
+        let ours = text::hex(&(0u8..16).collect::<Vec<u8>>());
+        let e = l
+            .handle_pdu(response(
+                false,
+                Stage::Security,
+                Stage::Security,
+                &[("CHAP_A", "5"), ("CHAP_I", "7"), ("CHAP_C", &ours)],
+                2,
+            ))
+            .unwrap_err();
+        assert!(e.to_string().contains("our own CHAP challenge"), "{e}");
+    }
+
     #[test]
     fn failures_are_typed() {
         let (mut l, _) = Login::new(cfg(Auth::None)).unwrap();
@@ -641,6 +814,6 @@ mod tests {
         let (mut l, _) = Login::new(cfg(Auth::None)).unwrap();
         let e =
             l.handle_pdu(response(true, Stage::Security, Stage::Operational, &[("AuthMethod", "CHAP")], 0));
-        assert!(matches!(e, Err(LoginError::Auth(_))));
+        assert!(matches!(e, Err(LoginError::AuthRequired(_))));
     }
 }

@@ -94,6 +94,7 @@ proptest! {
             itt: 1,
             cmd_sn: 1,
             exp_stat_sn: 0,
+            target_auth: None,
             auth: if chap { Auth::Chap { user: "u".into(), secret: b"0123456789ab".to_vec() } } else { Auth::None },
             offer: keys::long_fat_network_offer(1),
             session: None,

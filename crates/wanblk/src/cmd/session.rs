@@ -198,6 +198,33 @@ pub(crate) struct SessionArgs {
     /// Override an iSCSI login key (repeatable), e.g. MaxBurstLength=1048576.
     #[arg(long = "iscsi-param", value_name = "KEY=VALUE", value_parser = parse_param)]
     pub(crate) iscsi_params: Vec<(String, String)>,
+
+    /// iSCSI InitiatorName. Default: open-iscsi's (/etc/iscsi/initiatorname.iscsi)
+    /// if set, else iqn.2024-01.<reversed domain>:<host> from the host name
+    /// (the same on every run).
+    #[arg(long, value_name = "IQN")]
+    pub(crate) initiator_name: Option<String>,
+
+    /// File holding the iSCSI CHAP secret of the user named in the URI
+    /// (iscsi://USER@host/...); one trailing newline is ignored. Else the
+    /// WANBLK_ISCSI_PASSWORD environment variable (or USER%SECRET in the
+    /// URI, which other local users can see).
+    #[arg(long, value_name = "FILE", value_parser = parse_secret_file)]
+    pub(crate) secret_file: Option<wanblk_remote::Secret>,
+
+    /// Mutual CHAP: file holding the secret the iSCSI target must prove it
+    /// knows (its outgoing account); else WANBLK_ISCSI_TARGET_PASSWORD.
+    /// Must differ from the initiator's secret.
+    #[arg(long, value_name = "FILE", value_parser = parse_secret_file)]
+    pub(crate) target_secret_file: Option<wanblk_remote::Secret>,
+
+    /// Mutual CHAP: the user name the target must answer with.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) target_user: Option<String>,
+}
+
+fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String> {
+    wanblk_remote::Secret::from_file(std::path::Path::new(s)).map_err(|e| e.to_string())
 }
 
 impl SessionArgs {
@@ -234,6 +261,10 @@ impl SessionArgs {
                 IscsiMode::Mcs => wanblk_remote::IscsiMode::Mcs,
             },
             iscsi_params: self.iscsi_params.clone(),
+            initiator_name: self.initiator_name.clone(),
+            iscsi_secret: self.secret_file.clone(),
+            iscsi_target_user: self.target_user.clone(),
+            iscsi_target_secret: self.target_secret_file.clone(),
             tcp_log: None,
         }
     }
