@@ -12,10 +12,11 @@
 //! [`ServeOptions::max_in_flight`] per connection), each task calls the
 //! backend and queues its reply, and a writer task sends replies in the
 //! order they complete with vectored writes (read data is never copied).
-//! The reader stops reading while more than
-//! [`ServeOptions::max_queued_bytes`] of replies wait to be sent, so a
+//! The reader stops reading (and starting decoded requests) while more
+//! than [`ServeOptions::max_queued_bytes`] of replies wait to be sent, so a
 //! client that pipelines reads and never reads its socket holds at most
-//! that plus the requests in flight.
+//! that plus the requests in flight; with [`ServeOptions::idle_timeout`] it
+//! is dropped when it reads nothing for that long.
 //!
 //! The accept loop keeps at most [`ServeOptions::max_connections`]
 //! connections: at the limit the oldest connection still in its handshake
@@ -83,7 +84,8 @@ pub struct ServeOptions {
     /// A connection must reach transmission within this.
     pub handshake_timeout: Duration,
     /// Close a connection in transmission with no request in flight and
-    /// nothing received for this long (`None`: never).
+    /// nothing received for this long, or whose replies wait unread for
+    /// this long (`None`: never).
     pub idle_timeout: Option<Duration>,
     /// Reply bytes waiting to be sent above which a connection's requests
     /// are no longer read (at least one maximum reply always fits).
@@ -480,6 +482,16 @@ impl NbdServer {
                     ServerEvent::Selected { .. } | ServerEvent::StartTls => {}
                     ServerEvent::Close(_) => break 'conn,
                     ServerEvent::Request(req) => {
+                        // One read decodes many requests: the bound holds
+                        // between any two of them, not only between reads.
+                        match wait_for_room(&conn, max_queued, self.opts.idle_timeout, &mut stop).await {
+                            Ok(true) => {}
+                            Ok(false) => break 'conn,
+                            Err(e) => {
+                                result = Err(e);
+                                break 'conn;
+                            }
+                        }
                         let permit = permits.clone().acquire_owned().await.expect("semaphore never closed");
                         let units = match req.command {
                             Command::Read | Command::Write => {
@@ -501,14 +513,12 @@ impl NbdServer {
             }
             // Replies the client has not read yet: stop reading requests
             // until the writer has sent enough of them.
-            loop {
-                let drained = conn.drained.notified();
-                if conn.queued() <= max_queued || conn.failed.load(Ordering::SeqCst) {
-                    break;
-                }
-                tokio::select! {
-                    _ = drained => {}
-                    _ = stop.wait_for(|s| *s) => break 'conn,
+            match wait_for_room(&conn, max_queued, self.opts.idle_timeout, &mut stop).await {
+                Ok(true) => {}
+                Ok(false) => break 'conn,
+                Err(e) => {
+                    result = Err(e);
+                    break 'conn;
                 }
             }
             let want = conn.lock().bytes_wanted();
@@ -556,6 +566,10 @@ impl NbdServer {
         let _all_bytes = budget.acquire_many(max_units).await;
         conn.finished.store(true, std::sync::atomic::Ordering::SeqCst);
         conn.wake.notify_one();
+        if result.is_err() {
+            // The writer may be stuck on a client that reads nothing.
+            writer.abort();
+        }
         let _ = writer.await;
         result
     }
@@ -760,6 +774,43 @@ impl Conn {
     /// Reply bytes not yet sent to the client.
     fn queued(&self) -> usize {
         self.lock().queued_bytes() + self.in_writer.load(Ordering::SeqCst)
+    }
+}
+
+/// Waits until at most `max_queued` reply bytes wait to be sent (or the
+/// writer failed: the connection is ending). `Ok(false)` when the server
+/// stops; an error when the writer sent nothing for `idle` (a client that
+/// does not read its replies is dropped like an idle one).
+async fn wait_for_room(
+    conn: &Conn,
+    max_queued: usize,
+    idle: Option<Duration>,
+    stop: &mut watch::Receiver<bool>,
+) -> io::Result<bool> {
+    loop {
+        let drained = conn.drained.notified();
+        if conn.queued() <= max_queued || conn.failed.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let unread = async {
+            match idle {
+                Some(t) => {
+                    tokio::time::sleep(t).await;
+                    t
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = stop.wait_for(|s| *s) => return Ok(false),
+            t = unread => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client read no reply for {t:?} (--idle-timeout)"),
+                ));
+            }
+        }
     }
 }
 

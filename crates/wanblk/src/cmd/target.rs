@@ -135,7 +135,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     handshake_timeout: std::time::Duration,
     /// Close connections with no request in flight for this long (e.g.
-    /// 10m); never by default (idle sessions of a pool are normal).
+    /// 10m), or whose client reads no reply for this long; never by
+    /// default (idle sessions of a pool are normal).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     idle_timeout: Option<std::time::Duration>,
     /// Permissions of the --socket file (octal); 0600 lets only this user connect.
