@@ -122,7 +122,7 @@ fn a_client_that_never_reads_holds_bounded_memory_and_is_dropped_when_idle() {
     let grown_mib = (last.saturating_sub(before)) / 1024;
     // Bound: 64 MiB of queued replies (ServeOptions::max_queued_bytes), 4
     // requests in flight, the restore's buffers; the client asked for 1 GiB.
-    let asked_mib = REQUESTS * u64::from(REQUEST) >> 20;
+    let asked_mib = (REQUESTS * u64::from(REQUEST)) >> 20;
     eprintln!("the target grew by {grown_mib} MiB for {asked_mib} MiB of reads never read back");
     assert!(
         grown_mib < asked_mib / 4,
