@@ -93,6 +93,7 @@ pub(crate) mod tests {
             requests: 4,
             request_size: 1 << 20,
             samples,
+            stores: Vec::new(),
             sha256: None,
             complete: true,
             tuning: None,

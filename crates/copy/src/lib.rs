@@ -19,4 +19,4 @@ pub mod progress;
 pub mod report;
 
 pub use engine::{CopyError, CopyOptions, CopyOutcome, Progress, copy};
-pub use report::{Report, ReportError, Sample, TuningReport};
+pub use report::{Report, ReportError, Sample, StoreReport, TuningReport};

@@ -15,6 +15,10 @@
 //!   field is required when read: an optional one is written as `null`,
 //!   never left out, so a missing field is an error, not a silent 0. The
 //!   other fields are those of version 1, unchanged.
+//! - **3**: adds `stores`, one [`StoreReport`] per network store in the
+//!   order opened, with the payload bytes each session carried
+//!   (`session_bytes`), so a report shows how many sessions really
+//!   carried data, not only how many were asked for (`connections`).
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +28,7 @@ pub use wanblk_tune::IntervalSample as Sample;
 pub use wanblk_tune::TuningReport;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Everything a finished (or failed) copy reports.
 ///
@@ -62,6 +66,8 @@ pub struct Report {
     pub request_size: u32,
     /// Goodput per monitoring interval.
     pub samples: Vec<Sample>,
+    /// Per network store (empty without one): what each session carried.
+    pub stores: Vec<StoreReport>,
     /// sha256 of the image in offset order (holes hashed as zeroes), with `--verify`.
     #[serde(deserialize_with = "Option::deserialize")]
     pub sha256: Option<String>,
@@ -79,6 +85,18 @@ pub struct Report {
     /// The error that stopped the copy, if it failed.
     #[serde(deserialize_with = "Option::deserialize")]
     pub error: Option<String>,
+}
+
+/// What the sessions to one network store carried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreReport {
+    /// The store (URI without secrets).
+    pub name: String,
+    /// Payload bytes of the reads and writes each session completed, by
+    /// session index in the order opened (failed sessions included).
+    pub session_bytes: Vec<u64>,
+    /// Sessions retired after their connection failed.
+    pub failed_sessions: usize,
 }
 
 /// A report that cannot be read as this build's [`Report`].
@@ -166,6 +184,11 @@ mod tests {
             requests: 8,
             request_size: 1 << 20,
             samples: vec![sample(0.5), sample(1.0)],
+            stores: vec![StoreReport {
+                name: "nbd://a/x".into(),
+                session_bytes: vec![1 << 28, 1 << 28, 1 << 28, 1 << 28],
+                failed_sessions: 0,
+            }],
             sha256: None,
             complete: true,
             tuning: None,
@@ -198,14 +221,17 @@ mod tests {
         v.as_object_mut().unwrap().remove("schema_version");
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("version 1") && e.contains("older wanblk"), "{e}");
-        v["schema_version"] = 3.into();
+        v["schema_version"] = 2.into();
         let e = read(&v).unwrap_err().to_string();
-        assert!(e.contains("version 3") && e.contains("newer wanblk"), "{e}");
+        assert!(e.contains("version 2") && e.contains("older wanblk"), "{e}");
+        v["schema_version"] = 4.into();
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("version 4") && e.contains("newer wanblk"), "{e}");
     }
 
     #[test]
     fn a_missing_or_wrong_field_is_named() {
-        for field in ["seconds", "data_bytes", "sha256", "tuning", "error"] {
+        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores"] {
             let mut v = json(&report());
             v.as_object_mut().unwrap().remove(field);
             let e = read(&v).unwrap_err().to_string();
@@ -216,11 +242,15 @@ mod tests {
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("missing field `fairness`"), "{e}");
         let mut v = json(&report());
+        v["stores"][0].as_object_mut().unwrap().remove("session_bytes");
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("missing field `session_bytes`"), "{e}");
+        let mut v = json(&report());
         v["goodput_mbps"] = "fast".into();
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("invalid type") && e.contains("fast"), "{e}");
         let mut v = json(&report());
-        v["schema_version"] = "2".into();
+        v["schema_version"] = "3".into();
         assert!(read(&v).unwrap_err().to_string().contains("invalid type"));
     }
 

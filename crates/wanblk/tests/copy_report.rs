@@ -26,6 +26,7 @@ fn a_local_copy_report_reads_back_typed() {
     assert_eq!(r.schema_version, SCHEMA_VERSION);
     assert_eq!((r.bytes, r.data_bytes + r.zero_bytes + r.skipped_bytes), (8 << 20, 8 << 20));
     assert!(r.complete && r.error.is_none(), "{r:?}");
+    assert!(r.stores.is_empty(), "no network store, no sessions: {:?}", r.stores);
     assert_eq!(r.sha256.as_deref(), Some(sha.as_str()), "the report's sha256 is the written image's");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sha);
 
@@ -79,6 +80,10 @@ fn a_tuned_network_copy_report_reads_back_typed() {
     assert_eq!(r.sha256.as_deref(), Some(src_sha.as_str()));
     assert!(r.complete && r.error.is_none(), "{r:?}");
     assert!(!r.samples.is_empty(), "intervals were measured: {r:?}");
+    assert_eq!(r.stores.len(), 1, "one network store: {:?}", r.stores);
+    let carried = &r.stores[0].session_bytes;
+    assert!(carried.len() >= r.connections, "the final N sessions opened: {carried:?}");
+    assert!(carried.iter().sum::<u64>() >= 64 << 20, "the sessions carried the image: {carried:?}");
     let tuning = r.tuning.as_ref().expect("-C auto reports the tuner's record");
     assert!(tuning.intervals > 0, "{tuning:?}");
     assert_eq!(tuning.current_n, r.connections, "the report's final N is the tuner's");

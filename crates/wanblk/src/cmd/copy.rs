@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use wanblk_blockdev::pool::Hedge;
-use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, Report};
+use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, Report, StoreReport};
 use wanblk_remote::{Remote, RemoteSummary};
 
 use crate::cmd::session::{ClientTlsArgs, SessionArgs};
@@ -251,6 +251,15 @@ fn report(args: &Args, src: &Opened, dst: &Opened, progress: &Progress, summary:
         requests: args.session.requests as usize,
         request_size: 0,
         samples: summary.samples,
+        stores: summary
+            .stores
+            .into_iter()
+            .map(|s| StoreReport {
+                name: s.name,
+                session_bytes: s.session_bytes,
+                failed_sessions: s.failed_sessions,
+            })
+            .collect(),
         sha256: None,
         complete: false,
         tuning: summary.tuning,

@@ -13,6 +13,10 @@ pub use wanblk_testkit::{peers, random_file, sha256_file, tempdir};
 /// round trips) take seconds; a hang must not block CI.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The exit code of a run stopped before the end (`--stop-after`, a
+/// signal): `INCOMPLETE` in `crates/wanblk/src/exit.rs`.
+pub const INCOMPLETE: i32 = 3;
+
 /// The `wanblk` binary built for this test run.
 pub fn wanblk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wanblk"))
@@ -51,6 +55,26 @@ pub fn report(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("report {} is not JSON: {e}\n{text}", path.display()))
 }
 
+/// Asserts that the report's one network store was reached over exactly
+/// `n` sessions and that each of them carried data: the sessions that
+/// really opened and worked, not the count asked for (`connections`).
+pub fn assert_sessions_carried(r: &serde_json::Value, n: usize) {
+    let stores = r["stores"].as_array().unwrap_or_else(|| panic!("report without stores: {r}"));
+    assert_eq!(stores.len(), 1, "one network store: {r}");
+    let bytes: Vec<u64> = stores[0]["session_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("store without session_bytes: {r}"))
+        .iter()
+        .map(|b| b.as_u64().expect("session bytes are a number"))
+        .collect();
+    assert_eq!(bytes.len(), n, "{n} sessions opened: bytes per session {bytes:?}");
+    assert!(bytes.iter().all(|&b| b > 0), "each of the {n} sessions carried data: {bytes:?}");
+    assert!(
+        bytes.iter().sum::<u64>() >= r["data_bytes"].as_u64().unwrap_or(u64::MAX),
+        "the sessions carried at least the data copied: {bytes:?}, {r}"
+    );
+}
+
 /// Creates a sparse file of `size` bytes.
 pub fn sparse_file(path: &Path, size: u64) {
     std::fs::File::create(path).and_then(|f| f.set_len(size)).expect("create sparse file");
@@ -65,6 +89,7 @@ pub fn round_trip(dir: &Path, src: &Path, src_sha: &str, uri: &str, conns: usize
     copy_ok(&[src.to_str().unwrap(), uri, "-C", &n, "--report", rep.to_str().unwrap()]);
     let r = report(&rep);
     assert_eq!(r["connections"], conns, "backup used the sessions asked for: {r}");
+    assert_sessions_carried(&r, conns);
     assert_eq!(r["bytes"], std::fs::metadata(src).unwrap().len());
     // What the server holds, read by an independent client.
     let readback = dir.join(format!("readback-{conns}.img"));
@@ -81,6 +106,7 @@ pub fn round_trip(dir: &Path, src: &Path, src_sha: &str, uri: &str, conns: usize
     let r = report(&rep);
     assert_eq!(r["sha256"], src_sha);
     assert_eq!(r["connections"], conns);
+    assert_sessions_carried(&r, conns);
     assert!(r["samples"].as_array().is_some_and(|s| !s.is_empty()), "goodput samples recorded: {r}");
     std::fs::remove_file(&restored).unwrap();
 }
@@ -131,6 +157,7 @@ pub fn iscsi_round_trip(
     copy_ok(&args);
     let r = report(&rep);
     assert_eq!(r["connections"], conns, "backup used the connections asked for: {r}");
+    assert_sessions_carried(&r, conns);
     assert_eq!(r["complete"], true, "{r}");
     assert_eq!(r["bytes"], IMAGE);
     assert_eq!(sha256_file(&lun.file).unwrap(), src_sha, "the LUN's backing file holds what was backed up");
@@ -153,6 +180,7 @@ pub fn iscsi_round_trip(
     let r = report(&rep);
     assert_eq!(r["sha256"], src_sha, "{r}");
     assert_eq!(r["connections"], conns, "restore used the connections asked for: {r}");
+    assert_sessions_carried(&r, conns);
     assert_eq!(r["bytes"], IMAGE);
     std::fs::remove_file(&restored).unwrap();
     String::from_utf8_lossy(&out.stderr).into_owned()
