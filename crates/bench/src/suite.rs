@@ -309,16 +309,22 @@ fn path_experiments(
             spec.congestion
         );
     }
-    let mut ceiling = None;
-    for &f in iperf_flows {
-        if let Some(r) = rec.push("ceiling", spec, path.iperf3(f, 8, Direction::Restore)) {
-            ceiling = Some(ceiling.map_or(r.goodput_mbps, |c: f64| c.max(r.goodput_mbps)));
+    // The ceiling in each direction this path runs: iperf3 from the
+    // server (`-R`) for a restore, from the client for a backup; the two
+    // directions need not carry the same (queues, offloads, a busy host).
+    let mut ceilings = Ceilings::default();
+    for &dir in directions {
+        for &f in iperf_flows {
+            if let Some(r) = rec.push("ceiling", spec, path.iperf3(f, 8, dir)) {
+                ceilings.add(dir, r.goodput_mbps);
+            }
         }
     }
     // Whole-image runs copy `image_secs` of the measured ceiling (of the
     // rate if iperf3 failed), so a slow path does not make them last for
-    // many minutes and a fast one still runs long enough to tune.
-    let image = match ceiling {
+    // many minutes and a fast one still runs long enough to tune. One
+    // size for both directions: the larger ceiling.
+    let image = match ceilings.max() {
         Some(c) => bytes_for_mbps(c, opts.image_secs),
         None => bytes_for(spec, opts.image_secs),
     };
@@ -344,7 +350,7 @@ fn path_experiments(
                     serde_json::to_string_pretty(rep).unwrap_or_default(),
                 );
                 let title = format!("wanblk -C auto, {} ({:?})", spec.label(), dir);
-                let _ = crate::plot::write(&timeline_chart(&title, rep, ceiling, None), &stem);
+                let _ = crate::plot::write(&timeline_chart(&title, rep, ceilings.get(dir), None), &stem);
             }
             if tcp_log && let Ok(csv) = std::fs::read_to_string(&log) {
                 let stem = rec.dir.join(format!("tcpinfo-{}-{:?}", spec.label(), dir).to_lowercase());
@@ -360,17 +366,16 @@ fn path_experiments(
     }
     // The ceiling once more at the end: a host that was busy (steal) during
     // the first measurement would otherwise leave a ceiling that is too low.
-    if let Some(&f) = iperf_flows.last()
-        && let Some(r) = rec.push(
-            "ceiling",
-            spec,
-            path.iperf3(f, 8, Direction::Restore).map(|mut r| {
+    if let Some(&f) = iperf_flows.last() {
+        for &dir in directions {
+            let r = path.iperf3(f, 8, dir).map(|mut r| {
                 r.tool += " (end)";
                 r
-            }),
-        )
-    {
-        ceiling = Some(ceiling.map_or(r.goodput_mbps, |c: f64| c.max(r.goodput_mbps)));
+            });
+            if let Some(r) = rec.push("ceiling", spec, r) {
+                ceilings.add(dir, r.goodput_mbps);
+            }
+        }
     }
     // Goodput vs N for this path, with auto, nbdcopy and the ceiling.
     for &dir in directions {
@@ -395,7 +400,7 @@ fn path_experiments(
         {
             series.push(hline("nbdcopy, best".into(), b));
         }
-        if let Some(c) = ceiling {
+        if let Some(c) = ceilings.get(dir) {
             series.push(hline("iperf3 ceiling".into(), c));
         }
         let stem = rec.dir.join(format!("fixed-n-{}-{:?}", spec.label(), dir).to_lowercase());
@@ -413,6 +418,44 @@ fn path_experiments(
     }
     drop(path);
     Ok(())
+}
+
+/// The best iperf3 goodput measured in each direction, Mbit/s.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ceilings {
+    restore: Option<f64>,
+    backup: Option<f64>,
+}
+
+impl Ceilings {
+    fn slot(&mut self, dir: Direction) -> &mut Option<f64> {
+        match dir {
+            Direction::Restore => &mut self.restore,
+            Direction::Backup => &mut self.backup,
+        }
+    }
+
+    /// Keeps `mbps` if it is the best in `dir` so far.
+    fn add(&mut self, dir: Direction, mbps: f64) {
+        let c = self.slot(dir);
+        *c = Some(c.map_or(mbps, |c| c.max(mbps)));
+    }
+
+    /// The ceiling measured in `dir`, if any.
+    fn get(self, dir: Direction) -> Option<f64> {
+        match dir {
+            Direction::Restore => self.restore,
+            Direction::Backup => self.backup,
+        }
+    }
+
+    /// The larger of the two.
+    fn max(self) -> Option<f64> {
+        match (self.restore, self.backup) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// A path change in the middle of an auto copy, plotted, with the time
@@ -474,11 +517,9 @@ fn tables(rows: &[Row]) -> String {
             if rs.is_empty() {
                 continue;
             }
-            let ceiling = rows
-                .iter()
-                .filter(|r| r.path == p && r.scenario == "ceiling")
-                .map(|r| r.goodput_mbps)
-                .reduce(f64::max);
+            // Each direction against its own ceiling.
+            let ceiling =
+                rs.iter().filter(|r| r.scenario == "ceiling").map(|r| r.goodput_mbps).reduce(f64::max);
             let nbd_default = rs.iter().find(|r| r.tool == "nbdcopy").map(|r| r.goodput_mbps);
             let _ = writeln!(t, "\n### {p}, {dir:?}\n");
             let _ = writeln!(
@@ -534,7 +575,9 @@ fn grid_chart(
         series.entry(name).or_default().push((xv, y));
     }
     let mut ceil: Vec<(f64, f64)> = Vec::new();
-    for r in rows.iter().filter(|r| r.buffers == buffers && r.scenario == "ceiling" && r.loss == 0.0) {
+    for r in rows.iter().filter(|r| {
+        r.buffers == buffers && r.scenario == "ceiling" && r.direction == Direction::Restore && r.loss == 0.0
+    }) {
         if let Some(xv) = x(r) {
             match ceil.iter_mut().find(|p| p.0 == xv) {
                 Some(p) => p.1 = p.1.max(r.goodput_mbps),
@@ -722,4 +765,64 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(scenario: &str, direction: Direction, goodput_mbps: f64) -> Row {
+        Row {
+            scenario: scenario.into(),
+            path: "1000M-50ms-default-cubic".into(),
+            rate_mbps: 1000,
+            delay_ms: 50.0,
+            buffers: "default".into(),
+            cc: "cubic".into(),
+            loss: 0.0,
+            direction,
+            tool: if scenario == "ceiling" { "iperf3 -P 8" } else { "wanblk -C auto" }.into(),
+            n: Some(8),
+            goodput_mbps,
+            steady_mbps: None,
+            seconds: 8.0,
+            bytes: 1 << 30,
+            client_cpu_s_per_gbit: None,
+            server_cpu_s_per_gbit: None,
+            converge_s: None,
+            steal_pct: None,
+        }
+    }
+
+    /// The ratio column of the `auto` row in the table of `dir`.
+    fn auto_ratio(table: &str, dir: &str) -> String {
+        let section = table.split("### ").find(|s| s.contains(&format!(", {dir}"))).expect(dir);
+        let line = section.lines().find(|l| l.starts_with("| auto")).expect("auto row");
+        line.split('|').nth(6).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn each_direction_is_compared_with_its_own_ceiling() {
+        let rows = [
+            row("ceiling", Direction::Restore, 900.0),
+            row("ceiling", Direction::Backup, 450.0),
+            row("auto", Direction::Restore, 450.0),
+            row("auto", Direction::Backup, 450.0),
+        ];
+        let t = tables(&rows);
+        assert_eq!(auto_ratio(&t, "Restore"), "0.50", "{t}");
+        assert_eq!(auto_ratio(&t, "Backup"), "1.00", "{t}");
+    }
+
+    #[test]
+    fn ceilings_keep_the_best_per_direction() {
+        let mut c = Ceilings::default();
+        assert_eq!(c.max(), None);
+        c.add(Direction::Restore, 900.0);
+        c.add(Direction::Restore, 950.0);
+        c.add(Direction::Restore, 920.0);
+        assert_eq!((c.get(Direction::Restore), c.get(Direction::Backup)), (Some(950.0), None));
+        c.add(Direction::Backup, 400.0);
+        assert_eq!((c.get(Direction::Backup), c.max()), (Some(400.0), Some(950.0)));
+    }
 }
