@@ -2,10 +2,16 @@
 # Command 2 of the README: set up and run the whole test suite: format and
 # lint checks, unit and property tests, and the integration tests against
 # real peers (nbdkit, qemu-nbd, nbd-server, tgtd, nbdinfo, nbdcopy, qemu-img)
-# and the emulated WAN (needs root for network namespaces).
+# and the emulated WAN (needs root for network namespaces); then, where a
+# nightly toolchain and cargo-fuzz exist, a short real run of every fuzz
+# target (scripts/fuzz.sh; WANBLK_FUZZ_SECONDS per target, default 10, 0
+# skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
+if [ "${WANBLK_FUZZ_SECONDS:-10}" != 0 ]; then
+  ./scripts/fuzz.sh
+fi
