@@ -21,3 +21,4 @@ pub mod path;
 pub mod plot;
 mod report;
 pub mod suite;
+pub mod tls;

@@ -60,7 +60,7 @@ struct DemoArgs {
     out: PathBuf,
 }
 
-/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback or frontend).
+/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback, frontend or tls).
 ///
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
@@ -84,11 +84,15 @@ struct DemoArgs {
 /// 100 ms and 20 ms RTT: ext4 on a loop device over nbdfuse straight to the
 /// remote, over nbdfuse to `wanblk serve`, and over `wanblk mount` (mkfs,
 /// write + sync, cold read-back), `dd bs=10M` from the disk file, random
-/// 4 KiB reads at queue depth 1 and 32, and memory vs --cache-size.
+/// 4 KiB reads at queue depth 1 and 32, and memory vs --cache-size. `tls`
+/// (about 10 minutes, root) measures what NBD over TLS costs on the quick
+/// profile's path: the target in clear text and with `--tls require`, the
+/// same copies against each (fixed N and `-C auto`, both directions):
+/// goodput and CPU seconds per Gbit of client and target.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// `quick`, `full`, `iscsi`, `loopback` or `frontend`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend"])]
+    /// `quick`, `full`, `iscsi`, `loopback`, `frontend` or `tls`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend", "tls"])]
     profile: String,
     /// Output directory [default: docs/results/PROFILE].
     #[arg(long)]
@@ -187,6 +191,15 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 fio_secs: 15,
                 step_limit_s: 60,
                 cache_sizes: vec![64 << 20, 256 << 20, 1 << 30],
+            },
+        ),
+        "tls" => wanblk_bench::tls::run(
+            exe,
+            &wanblk_bench::tls::TlsBenchOptions {
+                out_dir: out("tls"),
+                fixed_secs: args.fixed_secs,
+                image_secs: args.image_secs,
+                fixed: if args.fixed.is_empty() { vec![1, 8, 32] } else { args.fixed.clone() },
             },
         ),
         "iscsi" => wanblk_bench::iscsi::run(

@@ -175,6 +175,18 @@ fn spawn_target(
     port: u16,
     congestion: &str,
 ) -> anyhow::Result<(Child, String)> {
+    spawn_target_with(scenario, exe, size, port, congestion, &[])
+}
+
+/// [`spawn_target`] with `extra` flags (e.g. `--tls require ...`).
+fn spawn_target_with(
+    scenario: &Scenario,
+    exe: &std::path::Path,
+    size: u64,
+    port: u16,
+    congestion: &str,
+    extra: &[&str],
+) -> anyhow::Result<(Child, String)> {
     let listen = format!("{}:{port}", scenario.server_addr());
     let mut cmd = Command::new(exe);
     wanblk_sys::process::terminate_with_parent(&mut cmd);
@@ -184,6 +196,7 @@ fn spawn_target(
             .args(["--listen", &listen, "--congestion", congestion])
             // The emulated path is private to this machine (namespaces).
             .arg("--insecure")
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
     )?;
@@ -191,7 +204,7 @@ fn spawn_target(
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).context("reading the target's URI")?;
     let uri = line.trim().to_string();
-    if !uri.starts_with("nbd://") {
+    if !uri.starts_with("nbd://") && !uri.starts_with("nbds://") {
         let _ = target.kill();
         let _ = target.wait();
         bail!("the target did not print its URI (got {uri:?})");
@@ -288,6 +301,21 @@ impl BenchPath {
             exe: exe.to_path_buf(),
             work,
         })
+    }
+
+    /// Starts another target of the path's size behind the emulator on
+    /// `port` with `extra` flags (stopped with the path); returns its URI
+    /// and process id.
+    ///
+    /// # Errors
+    /// The target not starting.
+    pub fn extra_target(&mut self, port: u16, extra: &[&str]) -> anyhow::Result<(String, u32)> {
+        let (child, uri) =
+            spawn_target_with(&self.scenario, &self.exe, self.size, port, &self.spec.congestion, extra)?;
+        let pid = child.id();
+        // Not a sized target of another size: keyed by a size no one asks for.
+        self.sized.push((u64::MAX - u64::from(port), child, uri.clone()));
+        Ok((uri, pid))
     }
 
     /// The path's description.
@@ -397,18 +425,32 @@ impl BenchPath {
     /// # Errors
     /// The copy failing, or its report missing.
     pub fn wanblk(&self, direction: Direction, extra: &[&str]) -> anyhow::Result<Run> {
+        self.wanblk_at(&self.uri.clone(), self.target.id(), direction, extra)
+    }
+
+    /// [`BenchPath::wanblk`] against the target at `uri` (process `pid`,
+    /// for its CPU time), e.g. one from [`BenchPath::extra_target`].
+    ///
+    /// # Errors
+    /// The copy failing, or its report missing.
+    pub fn wanblk_at(
+        &self,
+        uri: &str,
+        pid: u32,
+        direction: Direction,
+        extra: &[&str],
+    ) -> anyhow::Result<Run> {
         let size = self.size;
         let report = self.work.path().join("report.json");
         let _ = std::fs::remove_file(&report);
         let (src, dst) = match direction {
-            Direction::Restore => (self.uri.clone(), "null:".to_string()),
-            Direction::Backup => (format!("random:{size}"), self.uri.clone()),
+            Direction::Restore => (uri.to_string(), "null:".to_string()),
+            Direction::Backup => (format!("random:{size}"), uri.to_string()),
         };
         let mut c = Command::new(&self.exe);
         c.arg("copy").arg(&src).arg(&dst).args(extra).arg("--report").arg(&report).arg("--no-progress");
         c.args(["--congestion", &self.spec.congestion]);
-        let Measured { out, client_cpu, server_cpu, steal_pct, .. } =
-            self.measured(&mut c, self.target.id())?;
+        let Measured { out, client_cpu, server_cpu, steal_pct, .. } = self.measured(&mut c, pid)?;
         let tool = wanblk_label(extra);
         if !out.status.success() {
             bail!("wanblk copy {extra:?} ({direction:?}) failed: {}", String::from_utf8_lossy(&out.stderr));
