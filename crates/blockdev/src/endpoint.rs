@@ -239,6 +239,13 @@ pub trait Endpoint: Send + Sync {
     fn tcp_info(&self) -> Vec<TcpInfo> {
         Vec::new()
     }
+
+    /// Caps how fast this session sends, in bytes per second, on every TCP
+    /// connection it uses (`SO_MAX_PACING_RATE`); `None` removes the cap.
+    /// Only what we send is paced; endpoints without TCP ignore it.
+    fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
+        let _ = bytes_per_s;
+    }
 }
 
 /// Opens sessions to one store. The pool calls [`Connector::connect`] once

@@ -124,6 +124,9 @@ impl Remote {
     pub async fn open(&mut self, uri: &str) -> Result<Arc<Pool>, RemoteError> {
         let c = connector(uri, &self.options)?;
         let pool = Arc::new(Pool::open(c, self.options.pool_config()).await?);
+        if self.options.rate_cap_bytes_per_s.is_some() {
+            pool.set_rate_cap(self.options.rate_cap_bytes_per_s);
+        }
         self.pools.push(Arc::clone(&pool));
         Ok(pool)
     }

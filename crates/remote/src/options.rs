@@ -88,6 +88,11 @@ pub struct RemoteOptions {
     /// Write every session's TCP_INFO as CSV to this file every
     /// [`TCP_LOG_PERIOD`](crate::TCP_LOG_PERIOD).
     pub tcp_log: Option<PathBuf>,
+    /// Cap on the goodput of each store, bytes per second (`--rate`): its
+    /// active sessions are paced at their share of it, and the tuner
+    /// treats it as the ceiling. What we receive is bounded by the caller
+    /// (the copy engine asks no faster than the cap).
+    pub rate_cap_bytes_per_s: Option<u64>,
 }
 
 impl Default for RemoteOptions {
@@ -111,6 +116,7 @@ impl Default for RemoteOptions {
             iscsi_target_user: None,
             iscsi_target_secret: None,
             tcp_log: None,
+            rate_cap_bytes_per_s: None,
         }
     }
 }
@@ -150,6 +156,7 @@ impl RemoteOptions {
             drain_wait_max: DRAIN_WAIT_MAX,
             // The paper's tuner sees every interval.
             demand_limited: if self.tuning.paper { 0.0 } else { DEMAND_LIMITED },
+            rate_cap_bytes_per_s: self.rate_cap_bytes_per_s.map(|r| r as f64),
         }
     }
 }

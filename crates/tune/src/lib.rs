@@ -60,9 +60,9 @@ mod tuner;
 
 pub use config::{ConfigError, MAX_SESSIONS, ResampleConfig, RetuneConfig, TunerConfig};
 pub use control::{
-    Controller, ControllerConfig, Counters, DEMAND_LIMITED, DRAIN_WAIT_MAX, Decision, DemandSample,
-    IntervalChoice, IntervalSample, Parallelism, PoolCounters, PoolLimits, SessionCounters, TcpCounters,
-    request_plan,
+    AT_RATE_CAP, Controller, ControllerConfig, Counters, DEMAND_LIMITED, DRAIN_WAIT_MAX, Decision,
+    DemandSample, IntervalChoice, IntervalSample, Parallelism, PoolCounters, PoolLimits, SessionCounters,
+    TcpCounters, request_plan,
 };
 pub use golden::{Bracket, NU, golden_probe_bound};
 pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};

@@ -268,6 +268,8 @@ impl Noise {
 #[derive(Debug, Clone)]
 pub struct Tuner {
     cfg: TunerConfig,
+    /// `n_max` as configured; `cfg.n_max` is lower under a ceiling.
+    configured_max: usize,
     current: usize,
     state: State,
     warmup_pending: bool,
@@ -305,8 +307,20 @@ impl Tuner {
                 noise_estimate: None,
             },
             current,
+            configured_max: cfg.n_max,
             cfg,
         })
+    }
+
+    /// Keeps the search at or below `ceiling` sessions from now on (`None`:
+    /// up to the configured `n_max` again). The controller sets it to the
+    /// current N while goodput is at the user's rate cap, where more
+    /// sessions cannot help. Never below `n_min`.
+    pub fn set_ceiling(&mut self, ceiling: Option<usize>) {
+        self.cfg.n_max = match ceiling {
+            Some(c) => c.clamp(self.cfg.n_min, self.configured_max),
+            None => self.configured_max,
+        };
     }
 
     /// The configuration.

@@ -326,3 +326,35 @@ fn low_demand_is_not_taken_for_a_bad_n() {
     let ns: std::collections::BTreeSet<usize> = c.samples()[..slow].iter().map(|s| s.n).collect();
     assert!(ns.len() > 1, "the check above cannot fail: N stayed at {ns:?}");
 }
+
+/// `wanblk copy --rate`: the copy never goes faster than the cap, so once
+/// an interval's goodput is at the cap more sessions cannot help. A path
+/// that the cap makes a 100 Mbit/s bottleneck, with 64 KiB windows at 20
+/// ms RTT (26 Mbit/s per session, so N0 = 4 reaches the cap): with the cap
+/// known the search never goes above 4; without it, it probes more.
+#[test]
+fn the_rate_cap_is_the_ceiling_of_the_search() {
+    let path =
+        FlowModel { loss_penalty: 0.0, per_flow_overhead: 0.0, ..FlowModel::new(100.0, 20.0, 65536.0) };
+    let run = |cap: Option<f64>| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now());
+        let mut c = start(ControllerConfig { rate_cap_bytes_per_s: cap, ..tuned() }, &mut sim);
+        drive(&mut c, &mut sim, 30.0);
+        c
+    };
+    let c = run(Some(100e6 / 8.0));
+    show("rate cap known", c.samples());
+    assert!(c.samples().iter().any(|s| !s.discarded && s.goodput_mbps >= 90.0), "the cap was reached");
+    let most = c.samples().iter().map(|s| s.n).max().unwrap();
+    assert!(most <= 4, "the search added sessions above the cap: N = {most}");
+    let n = c.tuner().unwrap().current();
+    assert!(
+        mbps(SessionSim::new(path, limits(), Instant::now()).steady_goodput(n)) >= 90.0,
+        "ended at N = {n}"
+    );
+
+    let c = run(None);
+    show("rate cap unknown", c.samples());
+    let most = c.samples().iter().map(|s| s.n).max().unwrap();
+    assert!(most > 4, "the check above cannot fail: N = {most}");
+}

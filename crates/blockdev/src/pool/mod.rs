@@ -90,6 +90,9 @@ struct Shared {
     active: AtomicUsize,
     /// Request slots each active session uses (1..=max_depth).
     depth: AtomicUsize,
+    /// Cap on the bytes per second all active sessions together send (0:
+    /// none), split evenly over them as each one's pacing rate.
+    rate_cap: AtomicU64,
     /// Bytes per request on the wire now (1..=max_request_bytes, a
     /// multiple of `block_min`).
     request_bytes: AtomicU32,
@@ -208,6 +211,7 @@ impl Pool {
             roles,
             active: AtomicUsize::new(config.initial_sessions.min(max_sessions)),
             depth: AtomicUsize::new(config.max_depth),
+            rate_cap: AtomicU64::new(0),
             request_bytes: AtomicU32::new(max_request_bytes),
             block_min: min,
             connecting: AtomicUsize::new(0),
@@ -258,6 +262,23 @@ impl Pool {
         self.shared.active.store(n, Ordering::SeqCst);
         self.shared.rebalance();
         Ok(())
+    }
+
+    /// Paces the active sessions for a cap of `bytes_per_s` on what they
+    /// send together (`None` removes it): each session's pacing rate is
+    /// twice its share (at most the cap; work pulling does not spread
+    /// requests evenly), split again whenever the number of active sessions
+    /// changes. Pacing smooths bursts and only slows what this side sends
+    /// (writes): the caller holds the total at the cap by bounding how fast
+    /// it asks (the copy's schedule).
+    pub fn set_rate_cap(&self, bytes_per_s: Option<u64>) {
+        let before = self.shared.rate_cap.swap(bytes_per_s.unwrap_or(0), Ordering::SeqCst);
+        if bytes_per_s.is_none() && before > 0 {
+            for s in lock(&self.shared.sessions).iter() {
+                s.endpoint.set_pacing_rate(None);
+            }
+        }
+        self.shared.rebalance();
     }
 
     /// Sets how many request slots each active session uses. A slot beyond

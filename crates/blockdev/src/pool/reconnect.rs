@@ -44,6 +44,12 @@ impl Shared {
     /// and opens more sessions when there are too few.
     pub(super) fn rebalance(self: &Arc<Self>) {
         let want = self.active.load(Ordering::SeqCst);
+        let cap = self.rate_cap.load(Ordering::SeqCst);
+        // Twice each session's share (at most the whole cap): work pulling
+        // does not spread requests evenly, and a session paced at exactly
+        // its share would leave the cap unused while it carries two. The
+        // caller's schedule of requests holds the total at the cap.
+        let share = (cap > 0).then(|| (cap.saturating_mul(2) / want.max(1) as u64).clamp(1, cap));
         let (healthy, failed) = {
             let sessions = lock(&self.sessions);
             let mut n = 0;
@@ -52,6 +58,9 @@ impl Shared {
                 s.active.store(ok && n < want, Ordering::SeqCst);
                 if ok {
                     n += 1;
+                    if share.is_some() {
+                        s.endpoint.set_pacing_rate(share);
+                    }
                 }
             }
             (n, sessions.len() - n)

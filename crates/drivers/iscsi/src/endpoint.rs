@@ -18,7 +18,7 @@ const MAX_REQUEST: u32 = 64 << 20;
 /// Most blocks one WRITE SAME / UNMAP descriptor covers here.
 const MAX_ZERO_BLOCKS: u64 = 1 << 22;
 /// UNIT ATTENTION retries while probing (a fresh session may report several).
-const PROBE_UA_RETRIES: usize = 8;
+pub(crate) const PROBE_UA_RETRIES: usize = 8;
 
 /// What the probe learnt about the LUN; shared by the connections of an MC/S session.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub(crate) struct LunInfo {
     pub(crate) product: String,
 }
 
-fn command_error(name: &str, offset: Option<u64>, e: CommandError) -> EndpointError {
+pub(crate) fn command_error(name: &str, offset: Option<u64>, e: CommandError) -> EndpointError {
     let kind = match &e {
         CommandError::Status { status, sense } => ErrorKind::Server {
             code: sense.map_or(u32::from(*status), |s| u32::from(s.key)),
@@ -59,7 +59,11 @@ fn sense_of(e: &CommandError) -> Option<Sense> {
 }
 
 /// Runs `cmd`, retrying up to `retries` times on UNIT ATTENTION.
-async fn exec(link: &Link, cmd: Command, retries: usize) -> std::result::Result<Outcome, CommandError> {
+pub(crate) async fn exec(
+    link: &Link,
+    cmd: Command,
+    retries: usize,
+) -> std::result::Result<Outcome, CommandError> {
     let mut left = retries;
     loop {
         match link.execute(cmd.clone()).await {
@@ -454,6 +458,13 @@ impl Endpoint for IscsiEndpoint {
 
     fn tcp_info(&self) -> Vec<TcpInfo> {
         wanblk_sys::tcp::tcp_info(self.link.fd()).map(|t| vec![t]).unwrap_or_default()
+    }
+
+    fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
+        if let Err(e) = wanblk_sys::tcp::set_max_pacing_rate(self.link.fd(), bytes_per_s.unwrap_or(u64::MAX))
+        {
+            tracing::debug!("{}: pacing rate: {e}", self.name);
+        }
     }
 }
 

@@ -754,4 +754,12 @@ impl Endpoint for NbdSession {
             .into_iter()
             .collect()
     }
+
+    fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
+        if let Some(fd) = &self.shared.tcp
+            && let Err(e) = wanblk_sys::tcp::set_max_pacing_rate(fd.as_fd(), bytes_per_s.unwrap_or(u64::MAX))
+        {
+            tracing::debug!("{}: pacing rate: {e}", self.shared.name);
+        }
+    }
 }

@@ -91,7 +91,15 @@ pub struct ControllerConfig {
     /// the time is demand-limited and not given to the tuner (0: every
     /// interval is; see [`DEMAND_LIMITED`]).
     pub demand_limited: f64,
+    /// The user's cap on goodput (`wanblk copy --rate`), bytes per second:
+    /// the ceiling of the search. While an interval's goodput is at the cap
+    /// ([`AT_RATE_CAP`] of it), more sessions cannot help, so the tuner may
+    /// not go above the N that reached it ([`Tuner::set_ceiling`]).
+    pub rate_cap_bytes_per_s: Option<f64>,
 }
+
+/// The share of the rate cap at which goodput counts as at the cap.
+pub const AT_RATE_CAP: f64 = 0.9;
 
 impl ControllerConfig {
     /// `parallelism` with an automatic interval (the default policy),
@@ -103,6 +111,7 @@ impl ControllerConfig {
             size_requests: true,
             drain_wait_max: DRAIN_WAIT_MAX,
             demand_limited: DEMAND_LIMITED,
+            rate_cap_bytes_per_s: None,
         }
     }
 }
@@ -423,6 +432,10 @@ impl Controller {
                 self.best_goodput = self.best_goodput.max(goodput);
             }
             if let Some(t) = self.tuner.as_mut() {
+                if let Some(cap) = self.config.rate_cap_bytes_per_s {
+                    let at_cap = goodput.is_finite() && goodput >= cap * AT_RATE_CAP;
+                    t.set_ceiling(at_cap.then_some(n));
+                }
                 let step = t.observe(Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
                 sample.discarded = step.discarded();
                 if step.next_n != n {

@@ -131,10 +131,11 @@ impl ClientTlsArgs {
 /// Session and tuning options (flattened into commands).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SessionArgs {
-    /// Parallel sessions per network store: a number, or `auto` to tune N
-    /// while copying (bracket search then golden-section search on measured
-    /// goodput, seed 000 section 4.4; on a goodput plateau a bisection for
-    /// the fewest sessions that reach it; re-tuning when the path changes).
+    /// Parallel sessions per network store: a number, or `auto` for
+    /// automatic parallelism tuning while running: N grows while measured
+    /// goodput grows (multiplying it), then a golden-section search finds
+    /// the best N between the last two steps; on a plateau, the fewest
+    /// sessions that reach it; tuned again when the path changes.
     #[arg(short = 'C', long, default_value = "auto", value_parser = parse_connections)]
     pub(crate) connections: Connections,
 
@@ -143,7 +144,7 @@ pub(crate) struct SessionArgs {
     #[arg(long, default_value_t = 64, value_parser = connection_count)]
     pub(crate) max_connections: usize,
 
-    /// First N tried by `--connections auto` (seed 000's Table 1 uses 4).
+    /// First N tried by `--connections auto`.
     #[arg(long, default_value_t = 4, value_parser = connection_count)]
     pub(crate) initial_connections: usize,
 
@@ -161,8 +162,9 @@ pub(crate) struct SessionArgs {
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
     pub(crate) interval: IntervalArg,
 
-    /// Reproduce the paper's tuner exactly (strict comparisons, one sample
-    /// per point, no warm-up discard, no re-tuning).
+    /// Use the published tuning algorithm exactly as described (strict
+    /// comparisons, one sample per point, no warm-up discard, no re-tuning),
+    /// for comparisons.
     #[arg(long)]
     pub(crate) paper_tuner: bool,
 
@@ -266,6 +268,7 @@ impl SessionArgs {
             iscsi_target_user: self.target_user.clone(),
             iscsi_target_secret: self.target_secret_file.clone(),
             tcp_log: None,
+            rate_cap_bytes_per_s: None,
         }
     }
 }
