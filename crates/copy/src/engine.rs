@@ -4,11 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinSet;
 use wanblk_blockdev::{Endpoint, EndpointError, Extent};
+
+use crate::rate::{HORIZON, RateLimit};
 
 /// How to copy.
 #[derive(Debug, Clone)]
@@ -33,6 +36,13 @@ pub struct CopyOptions {
     /// (a time-boxed copy, for benchmarks): the outcome then reports
     /// `complete: false`.
     pub stop_at: Option<tokio::time::Instant>,
+    /// Cap on the data moved per second (`--rate`): each data piece starts
+    /// when the schedule says.
+    pub rate: Option<Arc<RateLimit>>,
+    /// The destination takes bytes in order only (a pipe): plan no further
+    /// than `max_in_flight_bytes` past the first byte not yet written, as
+    /// when hashing, so what waits for a gap stays bounded.
+    pub in_order: bool,
 }
 
 impl Default for CopyOptions {
@@ -46,6 +56,8 @@ impl Default for CopyOptions {
             max_in_flight_bytes: 1 << 30,
             length: None,
             stop_at: None,
+            rate: None,
+            in_order: false,
         }
     }
 }
@@ -100,21 +112,21 @@ pub struct CopyError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PieceKind {
+pub(crate) enum PieceKind {
     Data,
     Zero,
 }
 
 /// One unit of work.
 #[derive(Debug, Clone, Copy)]
-struct Piece {
-    offset: u64,
-    len: u64,
-    kind: PieceKind,
+pub(crate) struct Piece {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) kind: PieceKind,
 }
 
 /// The result of one piece: its payload (for hashing) or that it is zero.
-enum Finished {
+pub(crate) enum Finished {
     Data(Bytes),
     Zero,
 }
@@ -204,16 +216,16 @@ impl Planner {
 
 /// Tracks finished pieces in offset order: the contiguous frontier, and
 /// the in-order sha256 when verifying.
-struct Frontier {
-    contiguous: u64,
-    out_of_order: BTreeMap<u64, (u64, Option<Finished>)>,
-    hasher: Option<Sha256>,
+pub(crate) struct Frontier {
+    pub(crate) contiguous: u64,
+    pub(crate) out_of_order: BTreeMap<u64, (u64, Option<Finished>)>,
+    pub(crate) hasher: Option<Sha256>,
 }
 
 static ZEROES: [u8; 1 << 16] = [0u8; 1 << 16];
 
 impl Frontier {
-    fn finish(&mut self, piece: Piece, result: Finished) {
+    pub(crate) fn finish(&mut self, piece: Piece, result: Finished) {
         let keep = self.hasher.is_some().then_some(result);
         self.out_of_order.insert(piece.offset, (piece.len, keep));
         while let Some(entry) = self.out_of_order.first_entry() {
@@ -239,7 +251,7 @@ impl Frontier {
     }
 }
 
-fn is_zero(b: &[u8]) -> bool {
+pub(crate) fn is_zero(b: &[u8]) -> bool {
     let mut chunks = b.chunks_exact(16);
     let wide = chunks.by_ref().all(|c| u128::from_ne_bytes(c.try_into().unwrap_or([1; 16])) == 0);
     wide && chunks.remainder().iter().all(|&x| x == 0)
@@ -247,7 +259,12 @@ fn is_zero(b: &[u8]) -> bool {
 
 /// Zeroes `[offset, offset+len)` on `dst`, natively if it can, else by
 /// writing zero buffers.
-async fn zero_range(dst: &dyn Endpoint, offset: u64, len: u64, request: u64) -> Result<(), EndpointError> {
+pub(crate) async fn zero_range(
+    dst: &dyn Endpoint,
+    offset: u64,
+    len: u64,
+    request: u64,
+) -> Result<(), EndpointError> {
     if dst.capabilities().can_zero {
         return dst.write_zeroes(offset, len, true).await;
     }
@@ -267,7 +284,11 @@ async fn do_piece(
     piece: Piece,
     opts: Arc<CopyOptions>,
     progress: Arc<Progress>,
+    start_at: Option<tokio::time::Instant>,
 ) -> Result<Finished, EndpointError> {
+    if let Some(t) = start_at {
+        tokio::time::sleep_until(t).await;
+    }
     let request = u64::from(opts.max_request_bytes);
     if piece.kind == PieceKind::Zero {
         if opts.destination_is_zero {
@@ -308,7 +329,10 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// After a failure: collects the pieces still in flight for up to
 /// [`SETTLE`], then abandons the rest.
-async fn settle(tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>, frontier: &mut Frontier) {
+pub(crate) async fn settle(
+    tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>,
+    frontier: &mut Frontier,
+) {
     let deadline = tokio::time::Instant::now() + SETTLE;
     while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
         if let Ok((piece, Ok(done))) = joined {
@@ -372,10 +396,13 @@ pub async fn copy(
         if opts.stop_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
             exhausted = true;
         }
+        let booked = |o: &CopyOptions| o.rate.as_ref().is_some_and(|r| r.ahead() >= HORIZON);
         while !exhausted
+            && !booked(&opts)
             && tasks.len() < target
             && in_flight_bytes < opts.max_in_flight_bytes
-            && (!opts.verify || planned_end < frontier.contiguous + opts.max_in_flight_bytes)
+            && (!(opts.verify || opts.in_order)
+                || planned_end < frontier.contiguous + opts.max_in_flight_bytes)
         {
             match planner.next(&*src).await {
                 Ok(Some(p)) => {
@@ -383,9 +410,11 @@ pub async fn copy(
                         in_flight_bytes += p.len;
                     }
                     planned_end = p.offset + p.len;
+                    let start_at =
+                        opts.rate.as_ref().filter(|_| p.kind == PieceKind::Data).map(|r| r.reserve(p.len));
                     let (s, d, o, pr) =
                         (Arc::clone(&src), Arc::clone(&dst), Arc::clone(&opts), Arc::clone(&progress));
-                    tasks.spawn(async move { (p, do_piece(s, d, p, o, pr).await) });
+                    tasks.spawn(async move { (p, do_piece(s, d, p, o, pr, start_at).await) });
                 }
                 Ok(None) => exhausted = true,
                 Err(e) => {
@@ -393,6 +422,11 @@ pub async fn copy(
                     return Err(fail(e, &frontier, &progress));
                 }
             }
+        }
+        if tasks.is_empty() && !exhausted && booked(&opts) {
+            // Booked far ahead with nothing in flight: wait for the schedule.
+            tokio::time::sleep(opts.rate.as_ref().map_or(Duration::ZERO, |r| r.ahead() - HORIZON)).await;
+            continue;
         }
         let Some(joined) = tasks.join_next().await else { break };
         let (piece, result) = match joined {

@@ -8,6 +8,9 @@
 //! - [`progress`]: the terminal progress bar (completed bytes, rate, ETA,
 //!   active sessions).
 //! - [`report`]: the JSON report.
+//! - [`rate`]: `--rate`, when each piece may start.
+//! - [`stream`]: a source that can only be read once, in order (standard
+//!   input), copied piece by piece as it arrives.
 //!
 //! The engine knows nothing of protocols or sessions: parallelism comes
 //! from the endpoints (a [`Pool`](wanblk_blockdev::pool::Pool) carries
@@ -16,7 +19,11 @@
 
 pub mod engine;
 pub mod progress;
+pub mod rate;
 pub mod report;
+pub mod stream;
 
 pub use engine::{CopyError, CopyOptions, CopyOutcome, Progress, copy};
+pub use rate::RateLimit;
 pub use report::{Report, ReportError, Sample, StoreReport, TuningReport};
+pub use stream::copy_from_stream;

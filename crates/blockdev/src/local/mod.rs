@@ -1,13 +1,17 @@
-//! Endpoints that need no network: a file or block device, memory, and the
-//! `null:` sink. They serve concurrent requests directly (positioned I/O).
+//! Endpoints that need no network: a file or block device, memory, the
+//! `null:` sink, and a pipe (standard output) as a destination. They serve
+//! concurrent requests directly (positioned I/O; the pipe puts them in
+//! order).
 
 mod file;
 mod memory;
 mod null;
+mod pipe;
 
 pub use file::FileEndpoint;
 pub use memory::{Fill, MemoryEndpoint};
 pub use null::NullEndpoint;
+pub use pipe::PipeSink;
 
 use crate::endpoint::{EndpointError, Result};
 
