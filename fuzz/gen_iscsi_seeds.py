@@ -84,6 +84,9 @@ seeds = {
         "vpd_provisioning": vpd(0xB2, bytes([0, 0xE4, 0x02, 0])),
         "read_capacity16": struct.pack(">QIBBB", (1 << 21) - 1, 512, 0, 0, 0xC0) + bytes(17),
         "cdb_fields": struct.pack(">QIB", 0x0123456789ABCDEF, 0xFEDCBA98, 1),
+        # LUN 0 and 1 (peripheral), 300 (flat space)
+        "report_luns": struct.pack(">II", 24, 0) + bytes([0, 0]) + bytes(6) + bytes([0, 1]) + bytes(6)
+        + bytes([0x41, 0x2C]) + bytes(6),
         # malformed, tolerated by the lenient parsers (odd_*: no verdict, no panic)
         "odd_descriptor_additional_length": sense_descriptor(0x5, 0x20, 0, bytes([0, 10, 0x80]), additional=250),
         "odd_descriptor_overrunning_length": sense_descriptor(0x5, 0x20, 0, bytes([7, 200, 1, 2])),
@@ -91,6 +94,7 @@ seeds = {
         "odd_vpd_wrong_page": vpd(0xB2, bytes([0, 0xE4, 0x02, 0]))[:1] + b"\xb0" + vpd(0xB2, bytes([0, 0xE4, 0x02, 0]))[2:],
         "odd_capacity_block_len": struct.pack(">QI", 100, 3) + bytes(20),
         "odd_capacity_overflow": struct.pack(">QI", 0xFFFFFFFFFFFFFFFF, 4096) + bytes(20),
+        "odd_report_luns_cut": struct.pack(">II", 4096, 0) + bytes([0, 7]) + bytes(6),
         "odd_response_data_sense_length": struct.pack(">H", 0xFFFF) + bytes([0x72, 5]),
     },
     "iscsi_discovery": {

@@ -166,9 +166,26 @@ impl IscsiConnector {
     /// # Errors
     /// [`wanblk_blockdev::ErrorKind::Config`] for a bad URI or a bad `--iscsi-param`.
     pub fn new(uri: &str, opts: IscsiOptions) -> Result<IscsiConnector> {
+        Self::from_parsed(uri, IscsiUri::parse(uri), opts)
+    }
+
+    /// A connector for SendTargets discovery ([`IscsiConnector::discover`])
+    /// at a portal, `iscsi://[user[%password]@]host[:port]` (any target
+    /// and LUN after it are ignored).
+    ///
+    /// # Errors
+    /// As [`IscsiConnector::new`].
+    pub fn for_portal(uri: &str, opts: IscsiOptions) -> Result<IscsiConnector> {
+        Self::from_parsed(uri, IscsiUri::parse_portal(uri), opts)
+    }
+
+    fn from_parsed(
+        uri: &str,
+        parsed: std::result::Result<IscsiUri, UriError>,
+        opts: IscsiOptions,
+    ) -> Result<IscsiConnector> {
         // The raw URI may hold a password: name the endpoint without it.
-        let parsed =
-            IscsiUri::parse(uri).map_err(|e| EndpointError::config(redact(uri), None, e.to_string()))?;
+        let parsed = parsed.map_err(|e| EndpointError::config(redact(uri), None, e.to_string()))?;
         let name = parsed.to_string();
         identity::valid_name(&opts.initiator_name).map_err(|e| {
             EndpointError::config(&name, None, format!("InitiatorName {:?}: {e}", opts.initiator_name))
@@ -422,6 +439,26 @@ impl IscsiConnector {
             Mode::Sessions => self.connect_session().await,
             Mode::Mcs => self.connect_mcs().await,
         }
+    }
+
+    /// The LUNs of the URI's target (REPORT LUNS, sent to the URI's LUN in
+    /// a session of its own, logged out after).
+    ///
+    /// # Errors
+    /// Connection, login or command failures.
+    pub async fn report_luns(&self) -> Result<Vec<u16>> {
+        use wanblk_iscsi_proto::scsi;
+        const ALLOC: u32 = 8 + 8 * 1024;
+        let (link, _params, _tsih, _window) = self.open(self.new_isid(), 0, 0, None, None).await?;
+        let cmd = wanblk_iscsi_proto::Command {
+            cdb: scsi::report_luns(ALLOC),
+            dir: wanblk_iscsi_proto::DataDir::Read(ALLOC),
+        };
+        let answer = endpoint::exec(&link, cmd, endpoint::PROBE_UA_RETRIES).await;
+        let _ = link.logout(true, 0, Duration::from_secs(5)).await;
+        let answer = answer.map_err(|e| endpoint::command_error(&self.name, None, e))?;
+        scsi::parse_report_luns(&answer.data)
+            .map_err(|e| EndpointError::protocol(&self.name, None, e.to_string()))
     }
 
     /// SendTargets discovery at the URI's portal: every target and its addresses.

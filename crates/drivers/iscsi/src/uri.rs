@@ -182,6 +182,25 @@ impl IscsiUri {
         Ok(IscsiUri { user, password, host: host.to_string(), port, target: target.to_string(), lun })
     }
 
+    /// Parses a portal for discovery, `iscsi://[user[%password]@]host[:port][/]`
+    /// (a target and LUN after it are ignored): the target is empty and the
+    /// LUN 0.
+    ///
+    /// # Errors
+    /// [`UriError`] naming what is missing or malformed.
+    pub fn parse_portal(s: &str) -> Result<IscsiUri, UriError> {
+        let after = s.get(..8).filter(|p| p.eq_ignore_ascii_case("iscsi://")).ok_or(UriError::Scheme)?;
+        // The same split as `parse`: a `/` in a password stays in it.
+        let (userinfo, rest) = split_userinfo(&s[after.len()..]);
+        let hostport = rest.split_once('/').map_or(rest, |(a, _)| a);
+        let mut u = IscsiUri::parse(&match userinfo {
+            Some(ui) => format!("iscsi://{ui}@{hostport}/portal/0"),
+            None => format!("iscsi://{hostport}/portal/0"),
+        })?;
+        u.target.clear();
+        Ok(u)
+    }
+
     /// `host:port` for connecting (IPv6 in brackets).
     pub fn address(&self) -> String {
         if self.host.contains(':') {
@@ -256,6 +275,20 @@ mod tests {
             }
         }
         assert_eq!(redact("nbd://h/x"), "nbd://h/x");
+    }
+
+    #[test]
+    fn portals() {
+        let u = IscsiUri::parse_portal("iscsi://bob%pw@[::1]:3261").unwrap();
+        assert_eq!(
+            (u.address().as_str(), u.target.as_str(), u.user.as_deref()),
+            ("[::1]:3261", "", Some("bob"))
+        );
+        assert_eq!(IscsiUri::parse_portal("iscsi://h/iqn.x:t/3").unwrap().address(), "h:3260");
+        assert!(IscsiUri::parse_portal("iscsi://").is_err());
+        assert!(IscsiUri::parse_portal("nbd://h").is_err());
+        let u = IscsiUri::parse_portal("iscsi://bob%p/w@h:3261/iqn.x:t/3").unwrap();
+        assert_eq!((u.password.as_deref(), u.address().as_str()), (Some("p/w"), "h:3261"));
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub enum UriError {
         /// The parameter.
         param: String,
     },
+    /// `nbd+vsock://`: NBD over AF_VSOCK (virtual machine sockets).
+    #[error("`{0}`: NBD over vsock is not supported (use nbd://, nbd+unix://, nbds:// or nbds+unix://)")]
+    Vsock(String),
     /// `nbd://` without a host.
     #[error("`{0}`: missing host (nbd://host[:port]/export)")]
     MissingHost(String),
@@ -190,6 +193,7 @@ impl FromStr for NbdUri {
             "nbd+unix" => (true, false),
             "nbds" => (false, true),
             "nbds+unix" => (true, true),
+            "nbd+vsock" | "nbds+vsock" => return Err(UriError::Vsock(uri.into())),
             _ => return Err(UriError::Scheme(uri.into())),
         };
         let (rest, query) = match rest.split_once('?') {
@@ -341,6 +345,8 @@ mod tests {
     #[test]
     fn refuses_bad_uris_clearly() {
         assert!(matches!(p("http://h/x"), Err(UriError::Scheme(_))));
+        let e = p("nbd+vsock://2:10809/x").unwrap_err().to_string();
+        assert!(e.contains("vsock is not supported"), "{e}");
         assert!(matches!(p("just-a-path"), Err(UriError::Scheme(_))));
         assert!(matches!(p("nbd:///x"), Err(UriError::MissingHost(_))));
         assert!(matches!(p("nbd://h:0/x"), Err(UriError::BadPort { .. })));

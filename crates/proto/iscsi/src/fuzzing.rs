@@ -181,7 +181,7 @@ pub fn connection(data: &[u8]) -> Result<(), String> {
 /// Arbitrary bytes into every SCSI data parser: sense data (fixed and
 /// descriptor format, bare and in a SCSI Response data segment), standard
 /// INQUIRY, the Supported VPD, Block Limits and Logical Block Provisioning
-/// pages, READ CAPACITY(16). The first 13 bytes also build the LBA CDBs and
+/// pages, READ CAPACITY(16), REPORT LUNS. The first 13 bytes also build the LBA CDBs and
 /// an UNMAP parameter list, whose fields must read back.
 pub fn scsi_parsers(data: &[u8]) -> Result<(), String> {
     for sense in [Sense::parse(data), Sense::from_response_data(data)].into_iter().flatten() {
@@ -199,6 +199,10 @@ pub fn scsi_parsers(data: &[u8]) -> Result<(), String> {
     let _ = scsi::parse_block_limits(data);
     if let Ok(p) = scsi::parse_provisioning(data) {
         assert!(p.provisioning_type < 8);
+    }
+    if let Ok(luns) = scsi::parse_report_luns(data) {
+        assert!(luns.len() <= scsi::MAX_REPORTED_LUNS && luns.len() * 8 + 8 <= data.len());
+        assert!(luns.iter().all(|l| *l < 16384));
     }
     if let Ok(c) = scsi::parse_read_capacity16(data) {
         assert!(c.block_len.is_power_of_two() && c.blocks > 0);

@@ -44,6 +44,8 @@ pub mod op {
     pub const WRITE_SAME_16: u8 = 0x93;
     /// SERVICE ACTION IN(16) (READ CAPACITY(16) is service action 0x10).
     pub const SERVICE_ACTION_IN_16: u8 = 0x9e;
+    /// REPORT LUNS.
+    pub const REPORT_LUNS: u8 = 0xa0;
 }
 
 /// Sense keys (SPC-4 section 4.5.6).
@@ -117,6 +119,51 @@ pub fn read_capacity16(alloc_len: u32) -> Cdb {
     c[1] = 0x10;
     c[10..14].copy_from_slice(&alloc_len.to_be_bytes());
     c
+}
+
+/// REPORT LUNS (SPC-4 section 6.33), SELECT REPORT 0: every logical unit
+/// the initiator may address.
+pub fn report_luns(alloc_len: u32) -> Cdb {
+    let mut c = [0u8; 16];
+    c[0] = op::REPORT_LUNS;
+    c[6..10].copy_from_slice(&alloc_len.to_be_bytes());
+    c
+}
+
+/// Most LUNs [`parse_report_luns`] returns (the LUN numbers this initiator
+/// addresses are 0..16383).
+pub const MAX_REPORTED_LUNS: usize = 16384;
+
+/// The LUN numbers of a REPORT LUNS answer, in its order: peripheral
+/// (`00b`) and flat space (`01b`) addressing, the two forms LUN numbers
+/// below 16384 take; entries in other forms are skipped. A list longer
+/// than the data (the allocation length cut it) yields what is there.
+///
+/// # Errors
+/// Data shorter than the 8-byte header, or a list length that is not a
+/// multiple of 8.
+pub fn parse_report_luns(b: &[u8]) -> Result<Vec<u16>, ScsiError> {
+    const WHAT: &str = "REPORT LUNS";
+    if b.len() < 8 {
+        return Err(ScsiError::Short { what: WHAT, len: b.len() });
+    }
+    let list_len = be32(b, 0) as usize;
+    if !list_len.is_multiple_of(8) {
+        return Err(ScsiError::Invalid {
+            what: WHAT,
+            message: format!("LUN list length {list_len} is not a multiple of 8"),
+        });
+    }
+    let entries = (list_len / 8).min((b.len() - 8) / 8).min(MAX_REPORTED_LUNS);
+    let mut luns = Vec::with_capacity(entries);
+    for e in b[8..8 + entries * 8].chunks_exact(8) {
+        match e[0] >> 6 {
+            0b00 if e[0] == 0 => luns.push(u16::from(e[1])),
+            0b01 => luns.push(u16::from(e[0] & 0x3f) << 8 | u16::from(e[1])),
+            _ => {}
+        }
+    }
+    Ok(luns)
 }
 
 fn lba_cdb(opcode: u8, flags: u8, lba: u64, blocks: u32) -> Cdb {
@@ -500,6 +547,28 @@ impl fmt::Display for Sense {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn report_luns_reads_both_address_forms() {
+        let mut b = vec![0u8; 8];
+        b[..4].copy_from_slice(&32u32.to_be_bytes());
+        for lun in [0u16, 1, 255, 300] {
+            b.extend_from_slice(&crate::encode_lun(lun).to_be_bytes());
+        }
+        assert_eq!(parse_report_luns(&b).unwrap(), vec![0, 1, 255, 300]);
+        // A list cut by the allocation length: what is there.
+        assert_eq!(parse_report_luns(&b[..8 + 16]).unwrap(), vec![0, 1]);
+        // Other addressing forms are skipped; bad lengths refused.
+        let mut odd = b.clone();
+        odd[8] = 0xc0;
+        assert_eq!(parse_report_luns(&odd).unwrap(), vec![1, 255, 300]);
+        assert!(parse_report_luns(&b[..7]).is_err());
+        let mut bad = b.clone();
+        bad[3] = 33;
+        assert!(parse_report_luns(&bad).is_err());
+        let cdb = report_luns(4096);
+        assert_eq!((cdb[0], &cdb[6..10]), (op::REPORT_LUNS, &4096u32.to_be_bytes()[..]));
+    }
+
     use super::*;
 
     #[test]
