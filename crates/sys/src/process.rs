@@ -97,6 +97,39 @@ pub fn terminate_with_parent(cmd: &mut std::process::Command) {
     }
 }
 
+/// The first file descriptor systemd socket activation passes
+/// (`SD_LISTEN_FDS_START`).
+pub const LISTEN_FDS_START: i32 = 3;
+
+/// Makes the child started by `cmd` find `fd` (a listening socket) as file
+/// descriptor 3, without close-on-exec, as systemd socket activation
+/// passes it. The caller sets `LISTEN_FDS=1` and arranges `LISTEN_PID` (the
+/// child's own pid, known only in the child).
+///
+/// `fd` must stay open in the parent until `spawn` returns.
+pub fn pass_listen_fd(cmd: &mut std::process::Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls dup2(2) and fcntl(2), both async-signal-safe, on integer file
+    // descriptors; it allocates nothing and touches no parent state. `fd`
+    // is open in the parent when it forks (the caller's contract), so it
+    // is open in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == LISTEN_FDS_START {
+                // dup2 onto itself keeps close-on-exec: clear it instead.
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, LISTEN_FDS_START) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Host-wide CPU ticks from the first line of `/proc/stat`: (all ticks,
 /// steal ticks). Steal is time the hypervisor gave this VM's CPUs to
 /// someone else; benchmarks record its share so a noisy run shows as one.

@@ -1,20 +1,91 @@
 //! Where data comes from and goes to: parsing the location arguments of
-//! `wanblk copy` and opening them as endpoints.
+//! `wanblk copy` (and `wanblk info`) and opening them as endpoints.
 //!
-//! Network stores (NBD, iSCSI) open through the command's
-//! [`Remote`] as a pool of sessions; local files and `null:` open directly. A destination file that does not exist yet is
-//! written under a `.wanblk-part` name and renamed only when the copy
-//! completes, so a failed copy never leaves a file that looks complete.
+//! Network stores (NBD, iSCSI) open through the command's [`Remote`] as a
+//! pool of sessions; local files and `null:` open directly; `[ CMD ]` starts
+//! a local NBD server and opens one session to it ([`crate::local_server`]);
+//! `-` is standard input or output, read or written in order. A
+//! destination file that does not exist yet is written under a
+//! `.wanblk-part` name and renamed only when the copy completes, so a
+//! failed copy never leaves a file that looks complete.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::ffi::OsString;
+
 use anyhow::{Context, bail};
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint, NullEndpoint};
+use wanblk_blockdev::local::{FileEndpoint, Fill, MemoryEndpoint, NullEndpoint, PipeSink};
 use wanblk_remote::Remote;
 
+use crate::image::Format;
+use crate::local_server::{self, LocalServer};
 use crate::units::parse_size;
+
+/// Separates the words of a `[ CMD ... ]` group once [`group_brackets`]
+/// made it one argument (no argument can hold a NUL byte).
+const WORD: char = '\0';
+
+/// Joins each `[ CMD ARGS ... ]` on the command line into one argument, so
+/// the parser takes it as one location and CMD's own flags (`-f qcow2`)
+/// are not read as wanblk's. `[` and `]` must be words of their own, as
+/// for nbdcopy; everything after `--` is left alone except these groups.
+pub(crate) fn group_brackets(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        let close = (args[i] == "[")
+            .then(|| args[i + 1..].iter().position(|a| a == "]").map(|p| i + 1 + p))
+            .flatten();
+        match close {
+            Some(end) if args[i + 1..end].iter().all(|a| a.to_str().is_some()) => {
+                let mut word = String::from("[");
+                for a in &args[i + 1..end] {
+                    word.push(WORD);
+                    word.push_str(a.to_str().unwrap_or_default());
+                }
+                word.push(WORD);
+                word.push(']');
+                out.push(OsString::from(word));
+                i = end + 1;
+            }
+            _ => {
+                out.push(args[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The words of a `[ CMD ... ]` group joined by [`group_brackets`].
+fn bracket_words(s: &str) -> Option<Vec<String>> {
+    let (open, close) = (format!("[{WORD}"), format!("{WORD}]"));
+    if !(s.starts_with(&open) && s.ends_with(&close)) {
+        return None;
+    }
+    if s.len() <= open.len() + 1 {
+        return Some(Vec::new());
+    }
+    Some(s[open.len()..s.len() - close.len()].split(WORD).map(str::to_string).collect())
+}
+
+/// A location as the user wrote it (a `[ CMD ]` group with spaces again),
+/// without an iSCSI password: for messages and the report.
+pub(crate) fn shown(s: &str) -> String {
+    if let Some(argv) = bracket_words(s) {
+        return local_server::show(&argv);
+    }
+    if let Some(rest) = s.strip_prefix("iscsi://")
+        && let Some((user, host)) = rest.split_once('@')
+    {
+        let user = user.split_once('%').map_or(user, |(u, _)| u);
+        return format!("iscsi://{user}@{host}");
+    }
+    s.to_string()
+}
 
 /// A parsed location argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +104,29 @@ pub(crate) enum Location {
         /// Generator seed.
         seed: u64,
     },
+    /// `-`: standard input as a source, standard output as a destination.
+    Stdio,
+    /// `[ CMD ARGS ... ]`: a local NBD server run for the command.
+    Command(Vec<String>),
 }
 
 impl Location {
     /// Parses a location as users write it.
     pub(crate) fn parse(s: &str) -> anyhow::Result<Location> {
+        if s == "-" {
+            return Ok(Location::Stdio);
+        }
+        if let Some(argv) = bracket_words(s) {
+            if argv.first().is_none_or(String::is_empty) {
+                bail!("[ ]: no command between [ and ]");
+            }
+            return Ok(Location::Command(argv));
+        }
+        if s == "[" || s == "]" {
+            bail!(
+                "`{s}` without its partner: write a local NBD server as [ CMD ARGS ... ], with [ and ] as words of their own"
+            );
+        }
         if let Some(rest) = s.strip_prefix("null:") {
             let size =
                 if rest.is_empty() { None } else { Some(parse_size(rest).map_err(anyhow::Error::msg)?) };
@@ -57,7 +146,7 @@ impl Location {
         }
         if let Some((scheme, _)) = s.split_once("://") {
             bail!(
-                "unknown location scheme {scheme:?} in {s:?}: expected nbd://, nbd+unix://, iscsi://, null: or a file path"
+                "unknown location scheme {scheme:?} in {s:?}: expected nbd://, nbd+unix://, iscsi://, null:, random:, -, [ CMD ] or a file path"
             );
         }
         if s.is_empty() {
@@ -77,22 +166,82 @@ pub(crate) struct Opened {
     pub(crate) known_zero: bool,
     /// Things the user should know.
     pub(crate) notes: Vec<String>,
+    /// Standard input or output (`-`): read or written once, in order.
+    pub(crate) stdio: bool,
+    /// The local server of a `[ CMD ]` location.
+    pub(crate) server: Option<LocalServer>,
 }
 
 impl Opened {
     fn plain(endpoint: Arc<dyn Endpoint>) -> Opened {
-        Opened { endpoint, part: None, known_zero: false, notes: Vec::new() }
+        Opened { endpoint, part: None, known_zero: false, notes: Vec::new(), stdio: false, server: None }
     }
 
-    /// After a successful copy: flush a new file and move it into place.
+    /// Standard input as a source. It is copied as a stream
+    /// (`wanblk_copy::copy_from_stream`), never through an endpoint: the
+    /// endpoint here is an empty stand-in.
+    pub(crate) fn stdin() -> Opened {
+        let mut o = Opened::plain(Arc::new(NullEndpoint::new(0)));
+        o.stdio = true;
+        o
+    }
+
+    /// After a successful copy: flush a new file and move it into place;
+    /// write out what a pipe or a local server holds.
     pub(crate) async fn commit(&self) -> anyhow::Result<()> {
         if let Some((part, fin)) = &self.part {
             self.endpoint.flush().await.with_context(|| format!("flushing {}", part.display()))?;
             std::fs::rename(part, fin)
                 .with_context(|| format!("renaming {} to {}", part.display(), fin.display()))?;
         }
+        if self.stdio || (self.server.is_some() && self.endpoint.capabilities().can_flush) {
+            self.endpoint.flush().await.with_context(|| format!("flushing {}", self.endpoint.name()))?;
+        }
         Ok(())
     }
+
+    /// Ends a session this location owns (a pipe, a local server's; a
+    /// pool is closed by its `Remote`) and stops the local server.
+    pub(crate) async fn close(&mut self) -> anyhow::Result<()> {
+        let mut result = Ok(());
+        if self.stdio || self.server.is_some() {
+            result = self.endpoint.close().await.with_context(|| format!("closing {}", self.endpoint.name()));
+        }
+        if let Some(server) = self.server.as_mut() {
+            server.stop().await;
+        }
+        result
+    }
+}
+
+/// Starts the local server of `[ CMD ]` and opens a session to it.
+async fn open_command(argv: &[String], remote: &Remote) -> anyhow::Result<Opened> {
+    let o = remote.options();
+    let opts = wanblk_nbd::NbdOptions {
+        structured_replies: o.structured_replies,
+        block_status: o.structured_replies,
+        ..wanblk_nbd::NbdOptions::default()
+    };
+    let (server, session) = LocalServer::start(argv, opts).await?;
+    let mut opened = Opened::plain(Arc::new(session));
+    opened.notes.push(format!("{}: a local NBD server, one session", server.name()));
+    opened.server = Some(server);
+    Ok(opened)
+}
+
+/// A note (source) or an error (destination) for a file in a disk image
+/// format: wanblk copies raw bytes.
+fn image_format_check(p: &Path, destination: bool) -> anyhow::Result<Option<String>> {
+    let Some(f) = Format::of_file(p) else { return Ok(None) };
+    let (name, fmt) = (p.display(), f.qemu_name());
+    if destination {
+        bail!(
+            "{name} is a {fmt} image: writing raw bytes over it would destroy it. To write into the disk it holds, use `[ qemu-nbd -f {fmt} {name} ]` as the destination; to replace the file, remove it first"
+        );
+    }
+    Ok(Some(format!(
+        "{name} looks like a {fmt} image: it is copied as raw bytes (the {fmt} file itself, not the disk it holds). To copy the disk, use `[ qemu-nbd -r -f {fmt} {name} ]` as the source"
+    )))
 }
 
 /// Opens a network store through `remote`.
@@ -108,7 +257,13 @@ async fn open_remote(uri: &str, remote: &mut Remote) -> anyhow::Result<Opened> {
 pub(crate) async fn open_source(loc: &Location, remote: &mut Remote) -> anyhow::Result<Opened> {
     match loc {
         Location::Remote(uri) => open_remote(uri, remote).await,
-        Location::File(p) => Ok(Opened::plain(Arc::new(FileEndpoint::open(p, false)?))),
+        Location::File(p) => {
+            let mut o = Opened::plain(Arc::new(FileEndpoint::open(p, false)?));
+            o.notes.extend(image_format_check(p, false)?);
+            Ok(o)
+        }
+        Location::Command(argv) => open_command(argv, remote).await,
+        Location::Stdio => bail!("standard input is copied as a stream, not opened as a store"),
         Location::Null(size) => match size {
             Some(s) => Ok(Opened::plain(Arc::new(NullEndpoint::new(*s)))),
             None => bail!("null: as a source needs a size, e.g. null:1G"),
@@ -135,6 +290,23 @@ pub(crate) async fn open_destination(
 ) -> anyhow::Result<Opened> {
     match loc {
         Location::Remote(uri) => open_remote(uri, remote).await,
+        Location::Command(argv) => open_command(argv, remote).await,
+        Location::Stdio => {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                bail!(
+                    "standard output is a terminal: redirect it (`> disk.img`, `| sha256sum`) or name a file"
+                );
+            }
+            let sink = PipeSink::new("-", size, Box::new(std::io::stdout()))?;
+            let mut o = Opened::plain(Arc::new(sink));
+            o.stdio = true;
+            o.notes.push(
+                "-: standard output is written in order, as one stream (nothing else goes to stdout)"
+                    .to_string(),
+            );
+            Ok(o)
+        }
         Location::Random { .. } => bail!("random: is a source only"),
         Location::Null(sized) => {
             // `null:SIZE` is a sink of that size (a smaller one is refused
@@ -154,6 +326,7 @@ pub(crate) async fn open_destination(
             }
             Err(e) => Err(e).with_context(|| format!("cannot use destination {}", p.display())),
             Ok(meta) => {
+                image_format_check(p, true)?;
                 let mut ep = FileEndpoint::open(p, true)?;
                 let mut notes = Vec::new();
                 if meta.is_file() && ep.size() < size {
@@ -194,6 +367,42 @@ mod tests {
         assert_eq!(Location::parse("random:2G").unwrap(), Location::Random { size: 2 << 30, seed: 0 });
         assert!(Location::parse("random:1M:x").is_err());
         assert!(Location::parse("").is_err());
+        assert_eq!(Location::parse("-").unwrap(), Location::Stdio);
+        assert!(Location::parse("[").unwrap_err().to_string().contains("without its partner"));
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_bracket_group_is_one_location() {
+        let args = group_brackets(os(&[
+            "wanblk", "copy", "-C", "4", "[", "qemu-nbd", "-f", "qcow2", "d.qcow2", "]", "out.img",
+        ]));
+        assert_eq!(args.len(), 6, "{args:?}");
+        let loc = args[4].to_str().unwrap();
+        assert_eq!(
+            Location::parse(loc).unwrap(),
+            Location::Command(vec!["qemu-nbd".into(), "-f".into(), "qcow2".into(), "d.qcow2".into()])
+        );
+        assert_eq!(shown(loc), "[ qemu-nbd -f qcow2 d.qcow2 ]");
+        assert_eq!(args[5], "out.img");
+        // Two groups, and `--` before them.
+        let args = group_brackets(os(&["copy", "--", "[", "a", "]", "[", "b", "-x", "]"]));
+        assert_eq!(args.len(), 4, "{args:?}");
+        assert!(
+            matches!(Location::parse(args[3].to_str().unwrap()).unwrap(), Location::Command(v) if v == ["b", "-x"])
+        );
+        // An unmatched [ is left alone (and refused by the parser).
+        assert_eq!(group_brackets(os(&["copy", "[", "a"])).len(), 3);
+        assert!(Location::parse(group_brackets(os(&["[", "]"]))[0].to_str().unwrap()).is_err());
+    }
+
+    #[test]
+    fn shown_locations_hide_iscsi_passwords() {
+        assert_eq!(shown("iscsi://u%secret@h/iqn.x/1"), "iscsi://u@h/iqn.x/1");
+        assert_eq!(shown("nbd://h/x"), "nbd://h/x");
     }
 
     #[test]

@@ -6,12 +6,15 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod image;
+mod local_server;
 mod location;
+mod notify;
 mod units;
 
 /// wanblk: move block storage across long-fat networks over many tuned sessions.
 #[derive(Debug, Parser)]
-#[command(name = "wanblk", version, about, long_about = None)]
+#[command(name = "wanblk", version, about, long_about = None, after_help = cmd::help::MAIN_AFTER)]
 struct Cli {
     /// Log filter (e.g. `info`, `wanblk_blockdev=debug`); also read from RUST_LOG.
     #[arg(long, global = true, env = "RUST_LOG", default_value = "warn,fuser=error")]
@@ -20,33 +23,50 @@ struct Cli {
     command: Command,
 }
 
+// Each variant's one-line doc is its line in `wanblk --help`; the long
+// help (`wanblk SUBCOMMAND --help`) is set on the variant, where clap
+// takes it, from `cmd::help`.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Copy a disk or image between any two endpoints (backup, restore, target to target).
+    /// Copy a disk or image between any two locations (backup, restore, target to target).
+    #[command(long_about = cmd::help::COPY_ABOUT, after_long_help = cmd::help::COPY_AFTER)]
     Copy(cmd::copy::Args),
+    /// Show a store's size, block sizes, flags and allocation, or list an NBD server's exports or an iSCSI portal's targets.
+    #[command(long_about = cmd::help::INFO_ABOUT, after_long_help = cmd::help::INFO_AFTER)]
+    Info(cmd::info::Args),
     /// Serve a memory- or file-backed export over NBD (the embedded target).
+    #[command(after_long_help = cmd::help::TARGET_AFTER)]
     Target(cmd::target::Args),
     /// Serve a remote store to local NBD clients through N tuned sessions (the block device front end).
+    #[command(long_about = cmd::help::SERVE_ABOUT, after_long_help = cmd::help::SERVE_AFTER)]
     Serve(cmd::serve::Args),
     /// Show a remote disk as the file MOUNTPOINT/disk (FUSE), with read-ahead and write-back, over N tuned sessions.
+    #[command(long_about = cmd::help::MOUNT_ABOUT, after_long_help = cmd::help::MOUNT_AFTER)]
     Mount(cmd::mount::Args),
     /// Run the long-fat-network emulator (network namespaces + NFQUEUE).
     #[command(subcommand)]
     Netem(cmd::netem::Command),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::docs::CompletionsArgs),
+    /// Print the man page, or write one page per subcommand into a directory.
+    Man(cmd::docs::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(location::group_brackets(std::env::args_os()));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
         Command::Copy(a) => cmd::copy::run(a),
+        Command::Info(a) => cmd::info::run(a),
         Command::Target(a) => cmd::target::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Netem(c) => cmd::netem::run(c),
+        Command::Completions(a) => cmd::docs::completions(a, &mut <Cli as clap::CommandFactory>::command()),
+        Command::Man(a) => cmd::docs::man(a, <Cli as clap::CommandFactory>::command()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -62,9 +62,51 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+/// Parses a rate in bits per second: a number with an optional decimal
+/// suffix K, M, G, T (powers of 1000, as link speeds are given), optionally
+/// followed by `bit`, `bit/s` or `bps`, case-insensitive: `100M`,
+/// `1.5G`, `800mbit`, `250000`.
+///
+/// # Errors
+/// A message naming the bad value (zero is refused: no rate at all).
+pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let body = ["bit/s", "bits/s", "bps", "bit", "bits", "b/s"]
+        .iter()
+        .find_map(|u| lower.strip_suffix(u))
+        .unwrap_or(&lower);
+    let (num, scale) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1e3),
+        Some('m') => (&body[..body.len() - 1], 1e6),
+        Some('g') => (&body[..body.len() - 1], 1e9),
+        Some('t') => (&body[..body.len() - 1], 1e12),
+        _ => (body, 1.0),
+    };
+    let bad = || format!("invalid rate {s:?}: expected bits per second such as 100M, 1.5G or 800000");
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let bits = v * scale;
+    if !bits.is_finite() || bits < 8.0 || bits >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bits.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_rate, parse_size};
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("100M"), Ok(100_000_000));
+        assert_eq!(parse_rate("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_rate("1.5g"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("800mbit"), Ok(800_000_000));
+        assert_eq!(parse_rate("800Mbit/s"), Ok(800_000_000));
+        assert_eq!(parse_rate("250000"), Ok(250_000));
+        for bad in ["", "M", "0", "-1M", "fast", "1e400", "NaN"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

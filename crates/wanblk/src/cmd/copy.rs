@@ -6,36 +6,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use wanblk_blockdev::pool::Hedge;
-use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, Report, StoreReport};
+use wanblk_copy::progress::{Display, Phase, PhaseCell, Reporter};
+use wanblk_copy::{CopyError, CopyOptions, CopyOutcome, Progress, RateLimit, Report, StoreReport};
 use wanblk_remote::{Remote, RemoteSummary};
 
 use crate::cmd::session::{ClientTlsArgs, SessionArgs};
-use crate::location::{Location, Opened, open_destination, open_source};
-use crate::units::parse_size;
+use crate::location::{Location, Opened, open_destination, open_source, shown};
+use crate::units::{parse_rate, parse_size};
 
-/// Copy a disk or image between any two locations.
-///
-/// Locations: `nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`,
-/// `iscsi://[user[%password]@]host[:port]/target-iqn/lun`, a local file or
-/// block device, `null:` (a sink; `null:SIZE` reads as zeroes), or
-/// `random:SIZE[:SEED]` (a source of pseudo-random data, for benchmarks).
-///
-/// Network stores are reached over N parallel sessions. The copy is cut
-/// into requests of at most `--request-size`; every session keeps up to
-/// `--requests` of them in flight and takes the next one as soon as one
-/// completes, so a slow connection never holds the others back.
-///
-/// A new destination file is written as FILE.wanblk-part and renamed when
-/// the copy completes; if the copy fails, the .wanblk-part file holds exactly
-/// the pieces that were copied and the error says how far it got. An
-/// existing destination (file, device, NBD or iSCSI) is written in place.
+/// Arguments of `wanblk copy` (the help text is in `cmd::help`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Where to read from.
+    /// Where to read from: a location (see LOCATIONS in --help).
     src: String,
-    /// Where to write to.
+    /// Where to write to: a location (see LOCATIONS in --help).
     dst: String,
 
     #[command(flatten)]
@@ -83,9 +69,41 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     tcp_log: Option<PathBuf>,
 
-    /// Do not show a progress bar (it only shows on a terminal anyway).
-    #[arg(long)]
+    /// Cap the copy's goodput at this many bits per second over all
+    /// sessions together (e.g. 100M, 1.5G, 800000; K, M, G, T are powers of
+    /// 1000): leave room for others on a shared link. Each session is paced
+    /// at its share, and the automatic tuning never adds sessions once the
+    /// cap is reached.
+    #[arg(long, value_name = "BITS_PER_S", value_parser = parse_rate)]
+    rate: Option<u64>,
+
+    /// Do not show progress.
+    #[arg(long, conflicts_with_all = ["progress", "progress_json"])]
     no_progress: bool,
+
+    /// Write progress lines to file descriptor FD (e.g. --progress=3 with
+    /// `3>progress.log`); --progress alone means stderr. Without it,
+    /// progress shows as a bar on a terminal and as a line every
+    /// --progress-interval on stderr otherwise.
+    #[arg(long, value_name = "FD", require_equals = true, num_args = 0..=1, default_missing_value = "2")]
+    progress: Option<u32>,
+
+    /// Progress as JSON lines (one object per line: t_s, phase, bytes_done,
+    /// bytes_total, percent, rate_mbps, average_mbps, eta_s, sessions), to
+    /// stderr or the --progress FD.
+    #[arg(long)]
+    progress_json: bool,
+
+    /// Seconds between progress lines (not the bar).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_interval_s)]
+    progress_interval: f64,
+}
+
+fn parse_interval_s(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('s').parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86400.0 => Ok(v),
+        _ => Err(format!("expected a number of seconds, got {s:?}")),
+    }
 }
 
 /// Runs `wanblk copy`.
@@ -116,31 +134,131 @@ impl Clock {
     }
 }
 
+/// Where progress goes, from the flags; `stdout_is_image` when the
+/// destination is `-`.
+fn progress_display(args: &Args, stdout_is_image: bool) -> anyhow::Result<Display> {
+    if args.no_progress {
+        return Ok(Display::Off);
+    }
+    let every = Duration::from_secs_f64(args.progress_interval);
+    let out: Box<dyn std::io::Write + Send> = match args.progress {
+        None | Some(2) => Box::new(std::io::stderr()),
+        Some(1) if stdout_is_image => bail!("--progress=1: standard output carries the image (-)"),
+        Some(1) => Box::new(std::io::stdout()),
+        Some(fd) => Box::new(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(format!("/dev/fd/{fd}"))
+                .with_context(|| format!("--progress={fd}: file descriptor {fd} is not open for writing"))?,
+        ),
+    };
+    Ok(match (args.progress_json, args.progress) {
+        (true, _) => Display::Json { out, every },
+        (false, None | Some(2)) => Display::stderr_default(every),
+        (false, Some(_)) => Display::Text { out, every },
+    })
+}
+
+/// A report for a copy that failed before it started (a bad location, a
+/// store that cannot be opened): what was asked and why it failed.
+fn early_report(args: &Args, error: &anyhow::Error, seconds: f64) -> Report {
+    Report {
+        schema_version: wanblk_copy::report::SCHEMA_VERSION,
+        source: shown(&args.src),
+        destination: shown(&args.dst),
+        bytes: 0,
+        seconds,
+        goodput_mbps: 0.0,
+        data_bytes: 0,
+        zero_bytes: 0,
+        skipped_bytes: 0,
+        connections: 0,
+        requests: args.session.requests as usize,
+        request_size: args.session.request_size,
+        samples: Vec::new(),
+        stores: Vec::new(),
+        sha256: None,
+        complete: false,
+        tuning: None,
+        cpu_user_s: 0.0,
+        cpu_system_s: 0.0,
+        notes: Vec::new(),
+        error: Some(format!("{error:#}")),
+    }
+}
+
+fn write_report(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(path, json + "\n").with_context(|| format!("writing report {}", path.display()))
+}
+
 async fn copy(args: Args) -> anyhow::Result<()> {
     let clock = Clock::start();
+    let started = (|| {
+        let src_loc = Location::parse(&args.src).context("source")?;
+        let dst_loc = Location::parse(&args.dst).context("destination")?;
+        if src_loc == Location::Stdio && dst_loc == Location::Stdio {
+            bail!("source and destination are both -: use cat");
+        }
+        let display = progress_display(&args, dst_loc == Location::Stdio)?;
+        Ok((src_loc, dst_loc, display))
+    })();
     let mut remote = Remote::new(remote_options(&args));
-    let (src, dst, size) = open(&args, &mut remote).await?;
+    let opened = match started {
+        Ok((s, d, display)) => open(&args, &s, &d, &mut remote).await.map(|o| (o, display)),
+        Err(e) => Err(e),
+    };
+    let ((mut src, mut dst, size), display) = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            if let Some(path) = &args.report {
+                write_report(path, &early_report(&args, &e, clock.read().0))?;
+            }
+            let _ = remote.finish().await;
+            return Err(e);
+        }
+    };
     let progress = Arc::new(Progress::default());
     progress.total.store(size, Ordering::Relaxed);
+    let phase = Arc::new(PhaseCell::default());
     let counted = Arc::clone(&progress);
     remote.start(move || counted.data.load(Ordering::Relaxed))?;
-    let bar = wanblk_copy::progress::Bar::start(Arc::clone(&progress), !args.no_progress, remote.sessions());
-    let opts = copy_options(&args, &remote, &dst);
+    phase.set(Phase::Copying);
+    let reporter = Reporter::start(display, Arc::clone(&progress), Arc::clone(&phase), remote.sessions());
+    let opts = copy_options(&args, &remote, &src, &dst);
+    let slots = remote.slots(opts.max_request_bytes);
     let piece = opts.max_request_bytes;
-    let slots = remote.slots(piece);
-    let result = wanblk_copy::copy(
-        Arc::clone(&src.endpoint),
-        Arc::clone(&dst.endpoint),
-        opts,
-        Arc::clone(&progress),
-        slots,
-    )
-    .await;
+    let result = if src.stdio {
+        let stdin = tokio::io::stdin();
+        wanblk_copy::copy_from_stream(
+            stdin,
+            "-",
+            Arc::clone(&dst.endpoint),
+            opts,
+            Arc::clone(&progress),
+            slots,
+        )
+        .await
+    } else {
+        wanblk_copy::copy(
+            Arc::clone(&src.endpoint),
+            Arc::clone(&dst.endpoint),
+            opts,
+            Arc::clone(&progress),
+            slots,
+        )
+        .await
+    };
     remote.stop().await;
-    bar.finish();
+    phase.set(Phase::Finishing);
     let (seconds, cpu_user_s, cpu_system_s) = clock.read();
     let mut notes: Vec<String> = src.notes.iter().chain(&dst.notes).cloned().collect();
     let commit = commit(&result, &dst, &mut notes).await;
+    let closed = match (src.close().await, dst.close().await) {
+        (Err(e), _) | (_, Err(e)) if result.is_ok() => Err(e),
+        _ => Ok(()),
+    };
+    let commit = commit.and(closed);
     let summary = remote.finish().await;
     let mut report = report(&args, &src, &dst, &progress, summary);
     for n in notes.into_iter().rev() {
@@ -148,15 +266,20 @@ async fn copy(args: Args) -> anyhow::Result<()> {
             report.notes.insert(0, n);
         }
     }
-    (report.bytes, report.request_size) = (size, piece);
+    if let Some(r) = args.rate {
+        report.notes.push(format!("goodput capped at {:.1} Mbit/s (--rate)", r as f64 / 1e6));
+    }
+    (report.bytes, report.request_size) =
+        (if src.stdio { progress.total.load(Ordering::Relaxed) } else { size }, piece);
     (report.seconds, report.cpu_user_s, report.cpu_system_s) = (seconds, cpu_user_s, cpu_system_s);
     report.goodput_mbps = if seconds > 0.0 { report.data_bytes as f64 * 8.0 / seconds / 1e6 } else { 0.0 };
     let outcome = outcome(result, commit, &dst, &mut report);
+    phase.set(if outcome.as_ref().is_ok_and(|o| o.complete) { Phase::Done } else { Phase::Failed });
+    reporter.finish().await;
     if let Some(path) = &args.report {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n").with_context(|| format!("writing report {}", path.display()))?;
+        write_report(path, &report)?;
     }
-    print_result(&outcome?, &report);
+    print_result(&outcome?, &report, dst.stdio);
     Ok(())
 }
 
@@ -167,18 +290,41 @@ fn remote_options(args: &Args) -> wanblk_remote::RemoteOptions {
     wanblk_remote::RemoteOptions {
         tcp_log: args.tcp_log.clone(),
         tls: args.tls.options(),
+        rate_cap_bytes_per_s: args.rate.map(|bits| (bits / 8).max(1)),
         ..args.session.remote_options(Hedge::ReadsAndWrites)
     }
 }
 
 /// Opens the source and the destination (network stores through `remote`)
-/// and says what was adjusted. Returns them and the bytes to copy.
-async fn open(args: &Args, remote: &mut Remote) -> anyhow::Result<(Opened, Opened, u64)> {
-    let src_loc = Location::parse(&args.src).context("source")?;
-    let dst_loc = Location::parse(&args.dst).context("destination")?;
-    let src = open_source(&src_loc, remote).await?;
-    let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
-    let dst = open_destination(&dst_loc, size, remote).await?;
+/// and says what was adjusted. Returns them and the bytes to copy (for
+/// standard input: at most that many, the destination's size).
+async fn open(
+    args: &Args,
+    src_loc: &Location,
+    dst_loc: &Location,
+    remote: &mut Remote,
+) -> anyhow::Result<(Opened, Opened, u64)> {
+    let (src, dst, size) = if *src_loc == Location::Stdio {
+        // The input's size is known only at its end: the destination sets it.
+        let size = match (dst_loc, args.length) {
+            (_, Some(l)) => l,
+            (Location::Null(None), None) => u64::MAX >> 1,
+            (Location::File(p), None) if !p.exists() => bail!(
+                "reading standard input (-), whose size is unknown, into a new file: give --length SIZE, or use an existing file, a device or a network store"
+            ),
+            _ => 0,
+        };
+        let dst = open_destination(dst_loc, size, remote).await.context("destination")?;
+        let size = args.length.map_or(dst.endpoint.size(), |l| l.min(dst.endpoint.size()));
+        let mut src = Opened::stdin();
+        src.notes.push("-: standard input is read in order, as one stream, as it arrives".to_string());
+        (src, dst, size)
+    } else {
+        let src = open_source(src_loc, remote).await.context("source")?;
+        let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
+        let dst = open_destination(dst_loc, size, remote).await.context("destination")?;
+        (src, dst, size)
+    };
     for n in src.notes.iter().chain(&dst.notes) {
         eprintln!("wanblk: note: {n}");
     }
@@ -191,9 +337,24 @@ async fn open(args: &Args, remote: &mut Remote) -> anyhow::Result<(Opened, Opene
 /// The copy engine's options. Its pieces are the largest request every
 /// store accepts, so a piece is cut only when the controller shrinks
 /// requests.
-fn copy_options(args: &Args, remote: &Remote, dst: &Opened) -> CopyOptions {
+fn copy_options(args: &Args, remote: &Remote, src: &Opened, dst: &Opened) -> CopyOptions {
+    // A local server's session takes no more than its block sizes say (a
+    // pool cuts any request itself).
+    let mut piece = remote.max_request_bytes();
+    for o in [src, dst].into_iter().filter(|o| o.server.is_some()) {
+        let bs = o.endpoint.capabilities().block_sizes;
+        let cut = piece.min(bs.maximum.max(bs.minimum.max(1)));
+        piece = (cut - cut % bs.minimum.max(1)).max(bs.minimum.max(1));
+    }
+    let rate = args.rate.map(|bits| (bits / 8).max(1));
+    if let Some(r) = rate {
+        piece = RateLimit::piece_bytes(r, piece);
+    }
     CopyOptions {
-        max_request_bytes: remote.max_request_bytes(),
+        max_request_bytes: piece,
+        rate: rate.map(|r| Arc::new(RateLimit::new(r))),
+        in_order: dst.stdio,
+        max_in_flight_bytes: if dst.stdio { 256 << 20 } else { CopyOptions::default().max_in_flight_bytes },
         verify: args.verify,
         destination_is_zero: args.destination_is_zero || dst.known_zero,
         sparse: !args.no_sparse,
@@ -203,7 +364,6 @@ fn copy_options(args: &Args, remote: &Remote, dst: &Opened) -> CopyOptions {
             .stop_after
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s)),
-        ..CopyOptions::default()
     }
 }
 
@@ -236,9 +396,14 @@ async fn commit(
 fn report(args: &Args, src: &Opened, dst: &Opened, progress: &Progress, summary: RemoteSummary) -> Report {
     Report {
         schema_version: wanblk_copy::report::SCHEMA_VERSION,
-        source: src.endpoint.name().to_string(),
+        source: if src.stdio || src.server.is_some() {
+            shown(&args.src)
+        } else {
+            src.endpoint.name().to_string()
+        },
         destination: match &dst.part {
             Some((_, fin)) => fin.display().to_string(),
+            None if dst.stdio || dst.server.is_some() => shown(&args.dst),
             None => dst.endpoint.name().to_string(),
         },
         bytes: 0,
@@ -307,8 +472,9 @@ fn outcome(
     outcome
 }
 
-/// One line on stderr; the sha256 on stdout with `--verify`.
-fn print_result(out: &CopyOutcome, report: &Report) {
+/// One line on stderr; the sha256 on stdout with `--verify` (on stderr
+/// when stdout carries the image).
+fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool) {
     eprintln!(
         "wanblk: copied {} bytes ({} data, {} zeroed, {} skipped) in {:.2} s: {:.1} Mbit/s, {} connection(s)",
         out.bytes,
@@ -320,6 +486,10 @@ fn print_result(out: &CopyOutcome, report: &Report) {
         report.connections
     );
     if let Some(h) = &out.sha256 {
-        println!("{h}");
+        if stdout_is_image {
+            eprintln!("wanblk: sha256 {h}");
+        } else {
+            println!("{h}");
+        }
     }
 }

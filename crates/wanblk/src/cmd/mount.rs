@@ -19,30 +19,10 @@ const POLL: Duration = Duration::from_millis(200);
 /// Unmount attempts, POLL apart, before a busy mount point is reported.
 const BUSY_RETRIES: usize = 25;
 
-/// Arguments of `wanblk mount`.
+/// Arguments of `wanblk mount` (the help text is in `cmd::help`).
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
-The disk appears as MOUNTPOINT/disk, a regular file of the remote's size; its path is printed
-on stdout once mounted. Reads and writes of up to 1 MiB arrive many at once; sequential reads
-are prefetched far ahead, writes are acknowledged once held in memory and sent in large
-requests. fsync (and sync, and a file system's journal commits through a loop device) returns
-once the remote has every earlier write: a crash of wanblk loses only writes no fsync covered,
-like a disk's volatile write cache.
-
-SIGINT or SIGTERM writes back what is pending, then unmounts. If a loop device or an open file
-still uses the disk, the mount stays (wanblk says so) until it is released and wanblk is
-stopped again, or until `umount MOUNTPOINT`.
-
-Mounting needs root (or the fusermount3 helper of the fuse3 package) and /dev/fuse.
-
-Example:
-  wanblk mount nbd://san.example/disk /mnt/wan &
-  dev=$(losetup -f --show /mnt/wan/disk)
-  mkfs.ext4 $dev && mount $dev /srv/data
-  ...
-  umount /srv/data && losetup -d $dev && kill %1")]
 pub(crate) struct Args {
-    /// The remote store (`nbd://`, `nbd+unix://` or `iscsi://`).
+    /// The remote store: nbd://, nbd+unix:// or iscsi:// (see LOCATIONS in --help).
     uri: String,
     /// An existing empty directory; the disk appears in it as the file `disk`.
     mountpoint: PathBuf,

@@ -14,26 +14,8 @@ use wanblk_sys::tcp::TcpOptions;
 
 use crate::units::{parse_duration, parse_size};
 
-/// Arguments of `wanblk target`.
+/// Arguments of `wanblk target` (the help text is in `cmd::help`).
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = "\
-Each served URI is printed on stdout on its own line as soon as the target listens, e.g.
-  nbd://127.0.0.1:10809/disk
-  nbd+unix:///disk?socket=/tmp/disk.sock
-Scripts can read these lines to connect. The target runs until SIGINT or SIGTERM, then stops
-accepting, lets requests in flight finish, removes its socket and pid file, and exits 0.
-
-Security: a Unix socket is created mode 0600 (--socket-mode); listening beyond loopback without
-TLS is refused unless --insecure is given, because anyone who can reach the port can read and
-write the disk. With --tls require every client must start TLS (NBD_OPT_STARTTLS) and verify
-this target's certificate; client certificates are checked when --tls-certificates holds a
-ca-cert.pem (required with --tls-verify-peer or --tls-allow).
-
-Examples:
-  wanblk target --size 4G --export disk
-  wanblk target --file disk.img --create 10G --listen 127.0.0.1:0 --socket /tmp/t.sock
-  wanblk target --size 1T --fill random:7 --read-only
-  wanblk target --file disk.img --listen 0.0.0.0:10809 --tls require --tls-certificates /etc/pki/wanblk")]
 pub(crate) struct Args {
     /// Serve a sparse in-memory disk of this size (K, M, G, T suffixes; 1 GiB if no --file).
     #[arg(long, value_parser = parse_size, conflicts_with = "file")]
@@ -44,7 +26,7 @@ pub(crate) struct Args {
     fill: Fill,
     /// Accept writes, zeroes and trims to the in-memory disk and drop them
     /// (reads keep returning the fill): a benchmark sink that never grows,
-    /// like the seed papers' virtual storage device.
+    /// like the virtual storage device of the research this tool builds on.
     #[arg(long, conflicts_with = "file")]
     discard_writes: bool,
     /// Serve this file or block device instead of memory.
@@ -348,6 +330,7 @@ pub(crate) async fn serve(
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    crate::notify::notify("READY=1");
     let result = tokio::select! {
         _ = term.recv() => Ok(()),
         _ = int.recv() => Ok(()),
@@ -357,6 +340,7 @@ pub(crate) async fn serve(
             Err(e) => Err(anyhow::Error::from(e)),
         },
     };
+    crate::notify::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     if let Some(p) = &args.socket {

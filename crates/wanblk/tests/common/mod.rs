@@ -22,7 +22,7 @@ pub fn wanblk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wanblk"))
 }
 
-/// Runs `wanblk copy ARGS... --no-progress` and returns its output.
+/// Runs `wanblk copy --no-progress ARGS...` and returns its output.
 ///
 /// # Panics
 /// After [`COPY_TIMEOUT`] (the copy is killed by PID first), naming the
@@ -33,7 +33,7 @@ pub fn copy(args: &[&str]) -> Output {
 
 /// Like [`copy`], with its own timeout.
 pub fn copy_within(args: &[&str], timeout: Duration) -> Output {
-    wanblk_testkit::run_with_timeout(wanblk().arg("copy").args(args).arg("--no-progress"), timeout)
+    wanblk_testkit::run_with_timeout(wanblk().arg("copy").arg("--no-progress").args(args), timeout)
 }
 
 /// Like [`copy`], but panics with the command's stderr if it fails.
