@@ -6,5 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# setup.sh found cargo in a subshell; find it here too (under sudo it may
+# be in the invoking user's ~/.cargo/bin, off sudo's PATH).
+# shellcheck source=scripts/toolchain.sh
+. scripts/toolchain.sh
+find_cargo || exit 1
 cargo build --release --locked -p wanblk -p wanblk-bench
 exec ./target/release/wanblk-bench demo "$@"

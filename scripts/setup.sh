@@ -22,11 +22,23 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # policy-rc.d keeps package scripts from starting daemons (tgt) we did not ask for.
+  # A policy-rc.d that answers 101 ("action forbidden") keeps the packages'
+  # scripts from starting daemons we did not ask for (tgt's tgtd would
+  # take port 3260); the tests start their own. Only if there is none
+  # already, and removed again afterwards.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\n# written by wanblk scripts/setup.sh during apt-get install\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ -e $policy ]] && grep -q 'wanblk scripts/setup.sh' "$policy"; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: cargo is missing: install a Rust toolchain (rustup, Rust >= 1.90) first" >&2
-  exit 1
-fi
+# shellcheck source=scripts/toolchain.sh
+. "$(dirname "$0")/toolchain.sh"
+find_cargo || exit 1

@@ -9,6 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# setup.sh found cargo in a subshell; find it here too (under sudo it may
+# be in the invoking user's ~/.cargo/bin, off sudo's PATH).
+# shellcheck source=scripts/toolchain.sh
+. scripts/toolchain.sh
+find_cargo || exit 1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"
