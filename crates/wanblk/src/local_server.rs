@@ -29,6 +29,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long it may take after SIGTERM (qemu-nbd flushes an image first).
 const TERM_WAIT: Duration = Duration::from_secs(30);
+/// How long a failed handshake waits to learn whether the server exited.
+const EXITED_WAIT: Duration = Duration::from_millis(500);
 
 /// The shell line that makes `LISTEN_PID` the server's pid: `$$` is the
 /// shell's pid, which `exec` hands on to the server.
@@ -106,12 +108,23 @@ impl LocalServer {
         .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
         let opened = {
             let child = server.child.as_mut().expect("just set");
+            let exited = |st: std::io::Result<std::process::ExitStatus>| match st {
+                Ok(st) => anyhow::anyhow!(
+                    "{shown} exited ({st}) before serving NBD; does it support socket activation (qemu-nbd, nbdkit)?"
+                ),
+                Err(e) => anyhow::anyhow!("{shown}: {e}"),
+            };
             tokio::select! {
-                r = connector.open() => r.map_err(|e| anyhow::anyhow!("{shown}: {}", e.kind)),
-                st = child.wait() => Err(match st {
-                    Ok(st) => anyhow::anyhow!("{shown} exited ({st}) before serving NBD; does it support socket activation (qemu-nbd, nbdkit)?"),
-                    Err(e) => anyhow::anyhow!("{shown}: {e}"),
-                }),
+                r = connector.open() => match r {
+                    Ok(s) => Ok(s),
+                    // A server that exits after the connection reached its
+                    // socket resets it: say that it exited, not "reset".
+                    Err(e) => match tokio::time::timeout(EXITED_WAIT, child.wait()).await {
+                        Ok(st) => Err(exited(st)),
+                        Err(_) => Err(anyhow::anyhow!("{shown}: {}", e.kind)),
+                    },
+                },
+                st = child.wait() => Err(exited(st)),
             }
         };
         match opened {
