@@ -13,7 +13,7 @@ use wanblk_blockdev::local::FileEndpoint;
 use wanblk_nbd::{NbdConnector, NbdOptions, NbdSession, NbdUri};
 use wanblk_nbd_proto::consts::tflags;
 
-use crate::cmd::session::ClientTlsArgs;
+use crate::cmd::session::{ClientTlsArgs, parse_secret_file};
 use crate::image::Format;
 use crate::local_server::LocalServer;
 use crate::location::{Location, shown};
@@ -43,6 +43,20 @@ pub(crate) struct Args {
     /// TLS settings for nbds:// (the URI's tls-* parameters win).
     #[command(flatten)]
     tls: ClientTlsArgs,
+    /// iSCSI InitiatorName (default as for `wanblk copy`).
+    #[arg(long, value_name = "IQN")]
+    initiator_name: Option<String>,
+    /// File holding the iSCSI CHAP secret of the user named in the URI;
+    /// else WANBLK_ISCSI_PASSWORD.
+    #[arg(long, value_name = "FILE", value_parser = parse_secret_file)]
+    secret_file: Option<wanblk_iscsi::Secret>,
+    /// Mutual CHAP: file holding the target's secret; else
+    /// WANBLK_ISCSI_TARGET_PASSWORD.
+    #[arg(long, value_name = "FILE", value_parser = parse_secret_file)]
+    target_secret_file: Option<wanblk_iscsi::Secret>,
+    /// Mutual CHAP: the user name the target must answer with.
+    #[arg(long, value_name = "NAME")]
+    target_user: Option<String>,
 }
 
 /// Block size constraints, bytes.
@@ -178,7 +192,7 @@ async fn info(args: Args) -> anyhow::Result<()> {
     let out = if args.list {
         let listing = match &loc {
             Location::Remote(uri) if uri.to_ascii_lowercase().starts_with("iscsi://") => {
-                list_iscsi(uri, &shown_loc).await?
+                list_iscsi(uri, &shown_loc, iscsi_options(&args)).await?
             }
             Location::Remote(uri) => list_nbd(uri, &shown_loc, &nbd_options(&args)).await?,
             _ => bail!("--list needs an NBD server (nbd://, nbd+unix://) or an iSCSI portal (iscsi://)"),
@@ -187,7 +201,7 @@ async fn info(args: Args) -> anyhow::Result<()> {
     } else {
         let info = match &loc {
             Location::Remote(uri) if uri.to_ascii_lowercase().starts_with("iscsi://") => {
-                iscsi_info(uri, &shown_loc, scan).await?
+                iscsi_info(uri, &shown_loc, scan, iscsi_options(&args)).await?
             }
             Location::Remote(uri) => {
                 let connector =
@@ -318,12 +332,28 @@ async fn nbd_info(session: NbdSession, location: &str, scan: Duration) -> anyhow
     Ok(info)
 }
 
-fn iscsi_options() -> wanblk_iscsi::IscsiOptions {
-    wanblk_iscsi::IscsiOptions { login_timeout: Duration::from_secs(15), ..Default::default() }
+/// The iSCSI login options from the identity flags.
+fn iscsi_options(args: &Args) -> wanblk_iscsi::IscsiOptions {
+    let o = wanblk_iscsi::IscsiOptions {
+        login_timeout: Duration::from_secs(15),
+        secret: args.secret_file.clone(),
+        target_user: args.target_user.clone(),
+        target_secret: args.target_secret_file.clone(),
+        ..Default::default()
+    };
+    match &args.initiator_name {
+        Some(n) => wanblk_iscsi::IscsiOptions { initiator_name: n.clone(), ..o },
+        None => o,
+    }
 }
 
-async fn iscsi_info(uri: &str, location: &str, scan: Duration) -> anyhow::Result<Info> {
-    let c = wanblk_iscsi::IscsiConnector::new(uri, iscsi_options())?;
+async fn iscsi_info(
+    uri: &str,
+    location: &str,
+    scan: Duration,
+    opts: wanblk_iscsi::IscsiOptions,
+) -> anyhow::Result<Info> {
+    let c = wanblk_iscsi::IscsiConnector::new(uri, opts)?;
     let ep = c.connect_endpoint().await?;
     let mut info = describe(&*ep, location, "iscsi", scan).await;
     let (vendor, product) = ep.product();
@@ -390,15 +420,18 @@ async fn list_nbd(uri: &str, location: &str, opts: &NbdOptions) -> anyhow::Resul
     })
 }
 
-async fn list_iscsi(uri: &str, location: &str) -> anyhow::Result<Listing> {
-    let portal = wanblk_iscsi::IscsiConnector::for_portal(uri, iscsi_options())?;
+async fn list_iscsi(uri: &str, location: &str, opts: wanblk_iscsi::IscsiOptions) -> anyhow::Result<Listing> {
+    let portal = wanblk_iscsi::IscsiConnector::for_portal(uri, opts.clone())?;
     let found = portal.discover().await.context("SendTargets discovery")?;
     let p = portal.uri();
-    // Credentials, if any, go along to each target's login (never shown).
-    let auth = match (&p.user, &p.password) {
-        (Some(u), Some(pw)) => format!("{u}%{pw}@"),
-        (Some(u), None) => format!("{u}@"),
-        _ => String::new(),
+    // Credentials, if any, go along to each target's login (never shown):
+    // the user in the URI, a password from the URI as the secret.
+    let auth = p.user.as_ref().map_or(String::new(), |u| format!("{u}@"));
+    let opts = match (&p.password, &opts.secret) {
+        (Some(pw), None) => {
+            wanblk_iscsi::IscsiOptions { secret: Some(wanblk_iscsi::Secret::new(pw.as_bytes())), ..opts }
+        }
+        _ => opts,
     };
     let mut targets = Vec::new();
     for t in found {
@@ -406,11 +439,11 @@ async fn list_iscsi(uri: &str, location: &str) -> anyhow::Result<Listing> {
             Target { name: t.name.clone(), portals: t.addresses.clone(), luns: Vec::new(), error: None };
         let with_lun = |lun: u16| format!("iscsi://{auth}{}/{}/{lun}", p.address(), t.name);
         let shown_lun = |lun: u16| format!("iscsi://{}/{}/{lun}", p.address(), t.name);
-        match wanblk_iscsi::IscsiConnector::new(&with_lun(0), iscsi_options()) {
+        match wanblk_iscsi::IscsiConnector::new(&with_lun(0), opts.clone()) {
             Ok(c) => match c.report_luns().await {
                 Ok(luns) => {
                     for lun in luns {
-                        target.luns.push(lun_info(&with_lun(lun), shown_lun(lun), lun).await);
+                        target.luns.push(lun_info(&with_lun(lun), shown_lun(lun), lun, opts.clone()).await);
                     }
                 }
                 Err(e) => target.error = Some(format!("REPORT LUNS: {}", e.kind)),
@@ -428,10 +461,10 @@ async fn list_iscsi(uri: &str, location: &str) -> anyhow::Result<Listing> {
     })
 }
 
-async fn lun_info(uri: &str, shown_uri: String, lun: u16) -> Lun {
+async fn lun_info(uri: &str, shown_uri: String, lun: u16, opts: wanblk_iscsi::IscsiOptions) -> Lun {
     let mut l =
         Lun { lun, uri: shown_uri, size: None, block_length: None, vendor: None, product: None, error: None };
-    let opened = match wanblk_iscsi::IscsiConnector::new(uri, iscsi_options()) {
+    let opened = match wanblk_iscsi::IscsiConnector::new(uri, opts) {
         Ok(c) => c.connect_endpoint().await,
         Err(e) => Err(e),
     };

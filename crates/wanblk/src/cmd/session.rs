@@ -225,7 +225,7 @@ pub(crate) struct SessionArgs {
     pub(crate) target_user: Option<String>,
 }
 
-fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String> {
+pub(crate) fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String> {
     wanblk_remote::Secret::from_file(std::path::Path::new(s)).map_err(|e| e.to_string())
 }
 
