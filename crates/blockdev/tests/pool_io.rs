@@ -47,3 +47,22 @@ async fn without_multi_conn_the_pool_keeps_one_session_and_says_so() {
     assert_eq!(pool.max_sessions(), 1);
     assert!(pool.notes().iter().any(|n| n.contains("CAN_MULTI_CONN")), "{:?}", pool.notes());
 }
+
+#[tokio::test]
+async fn a_rate_cap_is_split_over_the_active_sessions_again_when_n_changes() {
+    let c = common::TestConnector::new(1 << 20, vec![]);
+    let pool = Pool::open(c.clone(), PoolConfig { initial_sessions: 4, ..Default::default() }).await.unwrap();
+    assert!(c.pacing().iter().all(Option::is_none), "no cap, no pacing: {:?}", c.pacing());
+    // Each session is paced at twice its share, at most the whole cap.
+    pool.set_rate_cap(Some(1_000_000));
+    assert_eq!(c.pacing(), vec![Some(500_000); 4]);
+    pool.set_active(2).unwrap();
+    assert_eq!(c.pacing(), vec![Some(1_000_000); 4]);
+    pool.set_active(4).unwrap();
+    assert_eq!(c.pacing(), vec![Some(500_000); 4]);
+    pool.set_rate_cap(Some(4_000_000));
+    assert_eq!(c.pacing(), vec![Some(2_000_000); 4]);
+    pool.set_rate_cap(None);
+    assert_eq!(c.pacing(), vec![None; 4]);
+    pool.close().await.unwrap();
+}

@@ -120,6 +120,8 @@ pub struct TestConnector {
     pub largest_request: Arc<AtomicUsize>,
     /// Most requests one session had running at once.
     pub peak_per_session: Arc<AtomicUsize>,
+    /// The pacing rate each session was last given (by session index).
+    pub pacing: Arc<Mutex<Vec<Option<u64>>>>,
     probe: Arc<Probe>,
 }
 
@@ -133,8 +135,14 @@ impl TestConnector {
             refuse_after: None,
             largest_request: Arc::new(AtomicUsize::new(0)),
             peak_per_session: Arc::new(AtomicUsize::new(0)),
+            pacing: Arc::new(Mutex::new(Vec::new())),
             probe: Arc::new(Probe::default()),
         })
+    }
+
+    /// The pacing rate of every session opened so far, by index.
+    pub fn pacing(&self) -> Vec<Option<u64>> {
+        self.pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     fn counts<T>(&self, f: impl FnOnce(&Counts) -> T) -> T {
@@ -188,6 +196,7 @@ pub struct TestSession {
     running: AtomicUsize,
     largest_request: Arc<AtomicUsize>,
     peak_per_session: Arc<AtomicUsize>,
+    pacing: Arc<Mutex<Vec<Option<u64>>>>,
     probe: Arc<Probe>,
 }
 
@@ -211,6 +220,7 @@ impl Connector for TestConnector {
             running: AtomicUsize::new(0),
             largest_request: Arc::clone(&self.largest_request),
             peak_per_session: Arc::clone(&self.peak_per_session),
+            pacing: Arc::clone(&self.pacing),
             probe: Arc::clone(&self.probe),
         }))
     }
@@ -258,6 +268,13 @@ impl TestSession {
 impl Endpoint for TestSession {
     fn name(&self) -> &str {
         "test://store"
+    }
+    fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
+        let mut p = self.pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if p.len() <= self.index {
+            p.resize(self.index + 1, None);
+        }
+        p[self.index] = bytes_per_s;
     }
     fn size(&self) -> u64 {
         self.store.size()
