@@ -21,8 +21,9 @@ macro_rules! locations {
   nbd+vsock://CID[:PORT]/EXPORT
       NBD over vsock: not supported (refused with a clear error).
   iscsi://[USER[%PASSWORD]@]HOST[:PORT]/TARGET-IQN/LUN
-      An iSCSI LUN (port 3260 if none; CHAP login with USER; the password may come from
-      the WANBLK_ISCSI_PASSWORD environment variable instead, keeping it out of `ps`).
+      An iSCSI LUN (port 3260 if none; CHAP login with USER; better than a PASSWORD in
+      the URI, which `ps` shows: --secret-file FILE or WANBLK_ISCSI_PASSWORD; mutual CHAP
+      with --target-user and --target-secret-file; --initiator-name for the target's ACL).
       e.g. iscsi://san.example/iqn.2024-01.example.san:disk/1
   FILE or DEVICE (also file:///PATH)
       A local image file or block device, read and written as raw bytes. e.g. disk.img,
