@@ -101,6 +101,9 @@ pub fn run(name: &str) -> Result<()> {
         );
     }
     shared.wait_ready(Duration::from_secs(10))?;
+    // Counters from the start, so `stats` right after `up` reads zeroes
+    // rather than failing on a file the loop writes only 500 ms later.
+    topology::write_json(&dir.join("stats.json"), &shared.snapshot())?;
     fs::write(dir.join("ready"), "").map_err(|e| Error::io("write ready marker", e))?;
     for t in threads {
         match t.join() {
