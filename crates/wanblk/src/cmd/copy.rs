@@ -379,11 +379,13 @@ async fn commit(
         Ok(out) if out.complete => dst.commit().await,
         Ok(out) => {
             if let Some((part, _)) = &dst.part {
-                notes.push(format!(
+                let note = format!(
                     "stopped early after {} bytes: {} holds them and was not renamed",
                     out.bytes,
                     part.display()
-                ));
+                );
+                eprintln!("wanblk: note: {note}");
+                notes.push(note);
             }
             Ok(())
         }
@@ -476,7 +478,8 @@ fn outcome(
 /// when stdout carries the image).
 fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool) {
     eprintln!(
-        "wanblk: copied {} bytes ({} data, {} zeroed, {} skipped) in {:.2} s: {:.1} Mbit/s, {} connection(s)",
+        "wanblk: {} {} bytes ({} data, {} zeroed, {} skipped) in {:.2} s: {:.1} Mbit/s, {} connection(s)",
+        if out.complete { "copied" } else { "stopped early (--stop-after), copied" },
         out.bytes,
         out.data_bytes,
         out.zero_bytes,

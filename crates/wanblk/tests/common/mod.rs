@@ -13,10 +13,6 @@ pub use wanblk_testkit::{peers, random_file, sha256_file, tempdir};
 /// round trips) take seconds; a hang must not block CI.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The exit code of a run stopped before the end (`--stop-after`, a
-/// signal): `INCOMPLETE` in `crates/wanblk/src/exit.rs`.
-pub const INCOMPLETE: i32 = 3;
-
 /// The `wanblk` binary built for this test run.
 pub fn wanblk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wanblk"))
