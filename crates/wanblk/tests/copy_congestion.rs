@@ -31,12 +31,16 @@ fn default_and_other() -> (String, String) {
 }
 
 /// Copies `uri` to `null:` over 2 sessions with `extra` flags and returns
-/// the congestion control of every row of the TCP log, by session.
+/// the congestion control of every row of the TCP log, by session; every
+/// session that opened is in the log.
 fn congestion_of_sessions(dir: &Path, uri: &str, extra: &[&str]) -> Vec<(String, String)> {
-    let log = dir.join("tcp.csv");
-    let mut args = vec![uri, "null:", "-C", "2", "--tcp-log", log.to_str().unwrap()];
+    let (log, rep) = (dir.join("tcp.csv"), dir.join("r.json"));
+    let mut args =
+        vec![uri, "null:", "-C", "2", "--tcp-log", log.to_str().unwrap(), "--report", rep.to_str().unwrap()];
     args.extend(extra);
     copy_ok(&args);
+    let r = report(&rep);
+    assert_sessions_carried(&r, 2);
     let csv = std::fs::read_to_string(&log).unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -49,8 +53,8 @@ fn congestion_of_sessions(dir: &Path, uri: &str, extra: &[&str]) -> Vec<(String,
             (f[session].to_string(), f[cc].to_string())
         })
         .collect();
-    let sessions: std::collections::BTreeSet<&String> = rows.iter().map(|(s, _)| s).collect();
-    assert!(sessions.len() >= 2, "both sessions logged: {csv}");
+    let sessions: std::collections::BTreeSet<&str> = rows.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(sessions, ["0", "1"].into(), "every session logged: {csv}");
     rows
 }
 
@@ -60,6 +64,83 @@ fn check(dir: &Path, uri: &str) {
     assert!(rows.iter().all(|(_, cc)| *cc == other), "asked for {other}: {rows:?}");
     let rows = congestion_of_sessions(dir, uri, &[]);
     assert!(rows.iter().all(|(_, cc)| *cc == default), "system default {default}: {rows:?}");
+}
+
+/// The congestion control of every established TCP socket to `port`, as
+/// the kernel reports it (`ss -ti`).
+fn sockets_to(port: u16) -> Vec<String> {
+    let out = wanblk_testkit::run(Command::new("ss").args([
+        "-tinH",
+        "state",
+        "established",
+        "dport",
+        "=",
+        &format!(":{port}"),
+    ]));
+    // One line per socket, then its indented info line: the algorithm's
+    // name is one of its first words (after options such as ts, sack, ecn).
+    out.lines()
+        .filter(|l| l.starts_with(char::is_whitespace))
+        .map(|l| {
+            l.split_whitespace()
+                .find(|w| !w.contains(':') && !matches!(*w, "ts" | "sack" | "ecn" | "ecnseen" | "fastopen"))
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+/// Beyond the data sessions the TCP log shows, the side session (block
+/// status, flush) gets the algorithm too: every socket wanblk opens to the
+/// server, as the kernel sees it while the copy runs.
+#[test]
+fn congestion_control_reaches_every_socket_including_the_side_session() {
+    require_tool("nbdkit", "nbdkit");
+    require_tool("ss", "iproute2");
+    let (_, other) = default_and_other();
+    let port = free_port();
+    // 64 MiB at 100 Mbit/s: over 5 s to look at the sockets.
+    let _nbdkit = Peer::spawn(
+        "nbdkit",
+        Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--filter=rate", "pattern", "64M", "rate=100M"]),
+    );
+    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
+    let uri = format!("nbd://127.0.0.1:{port}/");
+    let copy = wanblk_testkit::Running::start(wanblk().args([
+        "copy",
+        &uri,
+        "null:",
+        "-C",
+        "2",
+        "--verify",
+        "--no-progress",
+        "--congestion",
+        &other,
+    ]));
+    // Two data sessions and the side session the copy's block status opens.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let s = sockets_to(port);
+        if s.len() >= 3 || std::time::Instant::now() >= deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = copy.wait(COPY_TIMEOUT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(seen.len(), 3, "2 data sessions and the side session: {seen:?}");
+    assert!(seen.iter().all(|cc| *cc == other), "asked for {other}: {seen:?}");
+    // The pattern plugin's image: its sha256 as nbdcopy reads it.
+    let dir = tempdir();
+    let img = dir.path().join("pattern.img");
+    peers::nbdcopy(&uri, img.to_str().unwrap(), &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        sha256_file(&img).unwrap(),
+        "the copy read the image"
+    );
 }
 
 #[test]
