@@ -171,6 +171,52 @@ fn iscsi_lun_and_discovery_from_tgtd() {
 }
 
 #[test]
+fn iscsi_with_an_initiator_acl_and_mutual_chap() {
+    use std::os::unix::fs::PermissionsExt;
+    const IQN: &str = "iqn.2024-01.test:info-chap";
+    const ALLOWED: &str = "iqn.2024-01.test:info-host";
+    let tgt = wanblk_testkit::tgt::Tgt::start();
+    let file = tgt.file("lun.img", 8 << 20);
+    tgt.target(1, IQN, &file, None, false);
+    tgt.allow_only_initiator(1, ALLOWED);
+    tgt.chap(1, "alice", "in/it@Secret-1");
+    tgt.chap_outgoing(1, "tgt-out", "TargetSecret-2");
+    let dir = tempdir();
+    let secret = |name: &str, s: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, s).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (mine, theirs) = (secret("mine", "in/it@Secret-1"), secret("theirs", "TargetSecret-2"));
+    let addr = format!("127.0.0.1:{}", tgt.port);
+    let ident = ["--initiator-name", ALLOWED, "--secret-file", &mine];
+    let mutual = ["--target-user", "tgt-out", "--target-secret-file", &theirs];
+
+    let lun = format!("iscsi://alice@{addr}/{IQN}/1");
+    let mut args = vec![lun.as_str()];
+    args.extend(ident.iter().chain(&mutual));
+    assert_eq!(info_json(&args)["size"], 8u64 << 20);
+    // Without the secret the login fails and says so.
+    let out = wanblk_testkit::run_with_timeout(
+        wanblk().args(["info", &lun, "--initiator-name", ALLOWED]),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success(), "logged in without the secret");
+
+    // Discovery, then each target's login with the same identity.
+    let portal = format!("iscsi://alice@{addr}");
+    let mut args = vec!["--list", portal.as_str()];
+    args.extend(ident.iter().chain(&mutual));
+    let j = info_json(&args);
+    let t = j["targets"].as_array().and_then(|t| t.iter().find(|t| t["name"] == IQN));
+    let t = t.unwrap_or_else(|| panic!("{IQN} not listed: {j}"));
+    let l1 = t["luns"].as_array().and_then(|l| l.iter().find(|l| l["lun"] == 1));
+    assert_eq!(l1.unwrap_or_else(|| panic!("no LUN 1: {j}"))["size"], 8u64 << 20, "{j}");
+    assert!(!j.to_string().contains("Secret"), "a secret shows: {j}");
+}
+
+#[test]
 fn a_local_server_and_a_qcow2_file() {
     let dir = tempdir();
     let img = sparse_image(dir.path());

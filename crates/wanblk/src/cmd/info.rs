@@ -422,8 +422,27 @@ async fn list_nbd(uri: &str, location: &str, opts: &NbdOptions) -> anyhow::Resul
 
 async fn list_iscsi(uri: &str, location: &str, opts: wanblk_iscsi::IscsiOptions) -> anyhow::Result<Listing> {
     let portal = wanblk_iscsi::IscsiConnector::for_portal(uri, opts.clone())?;
-    let found = portal.discover().await.context("SendTargets discovery")?;
-    let p = portal.uri();
+    let p = portal.uri().clone();
+    let found = match portal.discover().await {
+        Ok(found) => found,
+        // Portals often ask no CHAP for discovery (iscsiadm's default is
+        // none) while the targets do: then try it without credentials.
+        Err(e) if p.user.is_some() => {
+            let anonymous = wanblk_iscsi::IscsiOptions {
+                secret: None,
+                target_user: None,
+                target_secret: None,
+                ..opts.clone()
+            };
+            let plain =
+                wanblk_iscsi::IscsiConnector::for_portal(&format!("iscsi://{}", p.address()), anonymous);
+            match plain {
+                Ok(c) => c.discover().await.map_err(|_| e).context("SendTargets discovery")?,
+                Err(_) => return Err(anyhow::Error::from(e).context("SendTargets discovery")),
+            }
+        }
+        Err(e) => return Err(anyhow::Error::from(e).context("SendTargets discovery")),
+    };
     // Credentials, if any, go along to each target's login (never shown):
     // the user in the URI, a password from the URI as the secret.
     let auth = p.user.as_ref().map_or(String::new(), |u| format!("{u}@"));
