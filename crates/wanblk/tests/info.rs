@@ -217,6 +217,41 @@ fn iscsi_with_an_initiator_acl_and_mutual_chap() {
 }
 
 #[test]
+fn nbds_with_the_certificates_in_the_uri_or_the_flag() {
+    use wanblk_testkit::tls::Ca;
+    let dir = tempdir();
+    let ca = Ca::new("test CA");
+    let server = ca.write_server(&dir.path().join("server"), false);
+    let client = ca.write_client(&dir.path().join("client"), "info1");
+    let t = target(
+        dir.path(),
+        "target",
+        &[
+            "--size",
+            "24M",
+            "--export",
+            "disk",
+            "--tls",
+            "require",
+            "--tls-certificates",
+            server.to_str().unwrap(),
+        ],
+    );
+    let base = format!("nbds://127.0.0.1:{}", t.port);
+    let j = info_json(&[&format!("{base}/disk?tls-certificates={}", client.display())]);
+    assert_eq!((j["protocol"].as_str(), j["size"].as_u64()), (Some("nbd"), Some(24 << 20)), "{j}");
+    let j = info_json(&["--list", &base, "--tls-certificates", client.to_str().unwrap()]);
+    let e = j["exports"].as_array().and_then(|e| e.iter().find(|e| e["name"] == "disk"));
+    assert_eq!(e.unwrap_or_else(|| panic!("disk not listed: {j}"))["size"], 24u64 << 20, "{j}");
+    // Without the CA that signed the server's certificate: refused.
+    let out = wanblk_testkit::run_with_timeout(
+        wanblk().args(["info", &format!("{base}/disk")]),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success(), "an untrusted certificate was accepted");
+}
+
+#[test]
 fn a_local_server_and_a_qcow2_file() {
     let dir = tempdir();
     let img = sparse_image(dir.path());
