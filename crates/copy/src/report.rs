@@ -19,16 +19,30 @@
 //!   order opened, with the payload bytes each session carried
 //!   (`session_bytes`), so a report shows how many sessions really
 //!   carried data, not only how many were asked for (`connections`).
+//! - **4**: each sample gains `connect_wait_s` (seconds waited for new
+//!   sessions to connect before the warm-up), `busy` (share of the
+//!   interval the sessions had requests to carry), `demand_limited` (the
+//!   application, not the path, limited goodput: not a tuning input) and
+//!   `standing_queue` (the RTT stood above its minimum: a full path); the
+//!   report gains `timing` (`time_to_95pct_s`, `time_to_final_n_s`,
+//!   `capacity_mbps`, `demand_limited_s`: see [`Timing`]) and `progress`
+//!   (bytes moved over time). The demand-vs-capacity view is `busy` and
+//!   `demand_limited` per sample against `capacity_mbps`, with
+//!   `demand_limited_s` in all.
 
 use serde::{Deserialize, Serialize};
 
 /// One goodput measurement interval (`t_s`, `n`, `goodput_mbps` and more).
 pub use wanblk_tune::IntervalSample as Sample;
+/// One point of the progress trace.
+pub use wanblk_tune::ProgressPoint;
+/// How fast the copy reached the path.
+pub use wanblk_tune::Timing;
 /// The tuner's record with `--connections auto`.
 pub use wanblk_tune::TuningReport;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Everything a finished (or failed) copy reports.
 ///
@@ -76,6 +90,14 @@ pub struct Report {
     /// The tuner's record with `--connections auto`.
     #[serde(deserialize_with = "Option::deserialize")]
     pub tuning: Option<TuningReport>,
+    /// How fast the copy reached the path (with a network store): time
+    /// to 95 % of `capacity_mbps`, time until N was final, what the path
+    /// carried, and seconds limited by demand rather than the path.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub timing: Option<Timing>,
+    /// Bytes moved over time (the controller's trace; empty without a
+    /// network store).
+    pub progress: Vec<ProgressPoint>,
     /// CPU seconds this process spent in user mode during the copy.
     pub cpu_user_s: f64,
     /// CPU seconds this process spent in the kernel during the copy.
@@ -164,6 +186,10 @@ mod tests {
             rtt_ms: 100.0,
             discarded: false,
             drain_wait_s: 0.0,
+            connect_wait_s: 0.0,
+            busy: Some(0.97),
+            demand_limited: false,
+            standing_queue: Some(true),
             request_bytes: 1 << 20,
             depth: 8,
         }
@@ -192,6 +218,13 @@ mod tests {
             sha256: None,
             complete: true,
             tuning: None,
+            timing: Some(Timing {
+                time_to_95pct_s: Some(1.2),
+                time_to_final_n_s: None,
+                capacity_mbps: Some(800.0),
+                demand_limited_s: 0.0,
+            }),
+            progress: vec![ProgressPoint { t_s: 0.5, bytes: 1 << 20, from_tcp: true }],
             cpu_user_s: 1.0,
             cpu_system_s: 2.0,
             notes: vec!["a note".into()],
@@ -221,17 +254,17 @@ mod tests {
         v.as_object_mut().unwrap().remove("schema_version");
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("version 1") && e.contains("older wanblk"), "{e}");
-        v["schema_version"] = 2.into();
+        v["schema_version"] = 3.into();
         let e = read(&v).unwrap_err().to_string();
-        assert!(e.contains("version 2") && e.contains("older wanblk"), "{e}");
-        v["schema_version"] = 4.into();
+        assert!(e.contains("version 3") && e.contains("older wanblk"), "{e}");
+        v["schema_version"] = 5.into();
         let e = read(&v).unwrap_err().to_string();
-        assert!(e.contains("version 4") && e.contains("newer wanblk"), "{e}");
+        assert!(e.contains("version 5") && e.contains("newer wanblk"), "{e}");
     }
 
     #[test]
     fn a_missing_or_wrong_field_is_named() {
-        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores"] {
+        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores", "timing", "progress"] {
             let mut v = json(&report());
             v.as_object_mut().unwrap().remove(field);
             let e = read(&v).unwrap_err().to_string();
@@ -245,6 +278,10 @@ mod tests {
         v["stores"][0].as_object_mut().unwrap().remove("session_bytes");
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("missing field `session_bytes`"), "{e}");
+        let mut v = json(&report());
+        v["timing"].as_object_mut().unwrap().remove("time_to_95pct_s");
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("missing field `time_to_95pct_s`"), "{e}");
         let mut v = json(&report());
         v["goodput_mbps"] = "fast".into();
         let e = read(&v).unwrap_err().to_string();

@@ -38,10 +38,12 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
                         .max()
                         .unwrap_or(0),
                     rcv_space: s.tcp.iter().map(|i| i.rcv_space).max().unwrap_or(0),
+                    min_rtt_us: s.tcp.iter().map(|i| i.min_rtt_us).filter(|r| *r > 0).min().unwrap_or(0),
                 }),
             })
             .collect(),
         idle_slot_us: Some(p.idle_slot_us),
+        connecting: p.connecting,
     }
 }
 
@@ -56,8 +58,11 @@ pub(crate) fn counters(pools: &[Arc<Pool>], completed: u64) -> Counters {
 /// Applies `d` to every pool (the values are within their limits).
 pub(crate) fn apply(pools: &[Arc<Pool>], d: Decision) {
     for p in pools {
-        let applied =
-            p.set_active(d.active).and(p.set_request_bytes(d.request_bytes)).and(p.set_depth(d.depth));
+        let applied = p
+            .set_active(d.active)
+            .and(p.set_open(d.open))
+            .and(p.set_request_bytes(d.request_bytes))
+            .and(p.set_depth(d.depth));
         if let Err(e) = applied {
             tracing::warn!("{e}");
         }

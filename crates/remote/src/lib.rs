@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::Pool;
-use wanblk_tune::{Controller, DemandSample, IntervalSample, TuningReport};
+use wanblk_tune::{Controller, DemandSample, IntervalSample, ProgressPoint, Timing, TuningReport};
 
 pub use connect::{Scheme, connector, is_remote};
 pub use error::RemoteError;
@@ -82,6 +82,10 @@ pub struct RemoteSummary {
     pub notes: Vec<String>,
     /// Per store, in the order opened.
     pub stores: Vec<StoreSummary>,
+    /// How fast the run reached the path (`None` without a controller).
+    pub timing: Option<Timing>,
+    /// Bytes moved over time, as the controller saw them.
+    pub progress: Vec<ProgressPoint>,
 }
 
 /// What one store's pool did.
@@ -183,7 +187,8 @@ impl Remote {
         if self.running.is_some() || self.stopped.is_some() {
             return Ok(());
         }
-        let config = self.options.controller_config(!self.pools.is_empty());
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        let config = self.options.controller_config(!self.pools.is_empty(), cores);
         let ctl = Controller::new(config, &drive::counters(&self.pools, completed()), Instant::now())?;
         drive::apply(&self.pools, ctl.decision());
         self.sessions.store(ctl.decision().active, Ordering::Relaxed);
@@ -192,6 +197,12 @@ impl Remote {
             let (pools, start, stop) = (self.pools.clone(), self.started, stop.subscribe());
             tokio::spawn(async move { tcplog::run(&path, pools, start, TCP_LOG_PERIOD, stop).await })
         });
+        if ctl.small_path() {
+            tracing::info!(
+                n = ctl.decision().active,
+                "small path (RTT below 1 ms or no TCP): starting small"
+            );
+        }
         let controller =
             tokio::spawn(drive::run(ctl, self.pools.clone(), completed, Arc::clone(&self.sessions), stop_rx));
         self.running = Some(Running { stop, controller, tcp_log });
@@ -260,6 +271,8 @@ impl Remote {
             tuning: controller.as_ref().and_then(Controller::tuning),
             notes,
             stores,
+            timing: controller.as_ref().map(Controller::timing),
+            progress: controller.as_ref().map(|c| c.progress().to_vec()).unwrap_or_default(),
         }
     }
 }

@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use wanblk_blockdev::pool::{Hedge, PoolConfig};
 use wanblk_sys::tcp::TcpOptions;
-use wanblk_tune::{
-    ControllerConfig, DEMAND_LIMITED, DRAIN_WAIT_MAX, IntervalChoice, IntervalPolicy, Parallelism,
-    TunerConfig,
-};
+use wanblk_tune::{ControllerConfig, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig};
 
 /// How many sessions each network store gets, as the user asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,19 +24,33 @@ pub enum Sessions {
 /// How N is tuned (with [`Sessions::Auto`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
-    /// The paper's tuner exactly ([`TunerConfig::paper`]), and no request
-    /// sizing.
+    /// The paper's tuner exactly ([`TunerConfig::paper`]) with only what
+    /// the paper's experiments did ([`ControllerConfig::paper`]): no
+    /// request sizing and none of the refinements below.
     pub paper: bool,
     /// Size requests and depth to each session's share of the path
     /// ([`wanblk_tune::request_plan`]); off keeps the largest ones.
     pub size_requests: bool,
     /// Measurement interval.
     pub interval: IntervalChoice,
+    /// The model-informed search ([`TunerConfig::model`]).
+    pub model: bool,
+    /// Open the search's next sessions ahead of need
+    /// ([`ControllerConfig::warm_spares`]).
+    pub spares: bool,
+    /// Warm-ups wait for new sessions to connect and for goodput to
+    /// settle ([`ControllerConfig::connect_wait_max`],
+    /// [`ControllerConfig::settle_max`]).
+    pub settle: bool,
+    /// Start small on a small path ([`ControllerConfig::small_path`]).
+    pub small_path: bool,
+    /// Signals to the tuner ([`ControllerConfig::signals`]).
+    pub signals: bool,
 }
 
 impl Default for Tuning {
-    /// Our tuner, request sizing, and the automatic interval (at least
-    /// 0.25 s).
+    /// Our tuner with every refinement, request sizing, and the automatic
+    /// interval (at least 0.25 s).
     fn default() -> Self {
         Tuning {
             paper: false,
@@ -48,6 +59,11 @@ impl Default for Tuning {
                 min_interval_s: 0.25,
                 ..IntervalPolicy::default()
             }),
+            model: true,
+            spares: true,
+            settle: true,
+            small_path: true,
+            signals: true,
         }
     }
 }
@@ -122,10 +138,13 @@ impl Default for RemoteOptions {
 }
 
 impl RemoteOptions {
-    /// The shape of every pool.
+    /// The shape of every pool. With `auto` (and small-path sense) a pool
+    /// opens one session first: the controller looks at its RTT before it
+    /// decides how many more to open.
     pub fn pool_config(&self) -> PoolConfig {
         let (initial_sessions, max_sessions) = match self.sessions {
             Sessions::Fixed(n) => (n, n),
+            Sessions::Auto { max, .. } if self.tuning.small_path && !self.tuning.paper => (1, max),
             Sessions::Auto { initial, max } => (initial, max),
         };
         PoolConfig {
@@ -139,24 +158,40 @@ impl RemoteOptions {
     }
 
     /// The controller's configuration: a tuner only with
-    /// [`Sessions::Auto`] and something to tune.
-    pub fn controller_config(&self, has_pools: bool) -> ControllerConfig {
+    /// [`Sessions::Auto`] and something to tune. `cores` is the host's
+    /// (for the small path's start).
+    pub fn controller_config(&self, has_pools: bool, cores: usize) -> ControllerConfig {
+        let t = &self.tuning;
         let parallelism = match self.sessions {
             Sessions::Fixed(n) => Parallelism::Fixed(n),
             Sessions::Auto { initial, max } if has_pools => {
-                let base = if self.tuning.paper { TunerConfig::paper() } else { TunerConfig::default() };
-                Parallelism::Tuned(TunerConfig { n0: initial, n_max: max, ..base })
+                let base = if t.paper { TunerConfig::paper() } else { TunerConfig::default() };
+                let model = if t.model { base.model } else { None };
+                Parallelism::Tuned(TunerConfig { n0: initial, n_max: max, model, ..base })
             }
             Sessions::Auto { .. } => Parallelism::Fixed(1),
         };
+        let rate_cap_bytes_per_s = self.rate_cap_bytes_per_s.map(|r| r as f64);
+        if t.paper {
+            // The user's cap stays the ceiling (outside the paper's scope).
+            return ControllerConfig {
+                interval: t.interval,
+                rate_cap_bytes_per_s,
+                ..ControllerConfig::paper(parallelism)
+            };
+        }
+        let on = ControllerConfig::new(parallelism);
         ControllerConfig {
-            parallelism,
-            interval: self.tuning.interval,
-            size_requests: self.tuning.size_requests && !self.tuning.paper,
-            drain_wait_max: DRAIN_WAIT_MAX,
-            // The paper's tuner sees every interval.
-            demand_limited: if self.tuning.paper { 0.0 } else { DEMAND_LIMITED },
-            rate_cap_bytes_per_s: self.rate_cap_bytes_per_s.map(|r| r as f64),
+            interval: t.interval,
+            size_requests: t.size_requests,
+            warm_spares: t.spares,
+            connect_wait_max: if t.settle { on.connect_wait_max } else { Duration::ZERO },
+            settle_max: if t.settle { on.settle_max } else { Duration::ZERO },
+            small_path: t.small_path,
+            signals: t.signals,
+            cores,
+            rate_cap_bytes_per_s,
+            ..on
         }
     }
 }

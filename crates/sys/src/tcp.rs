@@ -179,6 +179,11 @@ pub struct TcpInfo {
     pub min_rtt_us: u32,
     /// Most recent delivery rate estimate, bytes per second.
     pub delivery_rate: u64,
+    /// The delivery rate sample was limited by the application (it had
+    /// nothing more to send), not by the network.
+    pub delivery_rate_app_limited: bool,
+    /// Time (us) the connection had data in flight.
+    pub busy_time_us: u64,
     /// Time (us) the sender was limited by the peer's receive window.
     pub rwnd_limited_us: u64,
     /// Time (us) the sender was limited by its send buffer.
@@ -231,6 +236,8 @@ impl TcpInfo {
             notsent_bytes: u32_at(b, 144),
             min_rtt_us: u32_at(b, 148),
             delivery_rate: u64_at(b, 160),
+            delivery_rate_app_limited: b.get(7).is_some_and(|f| f & 1 == 1),
+            busy_time_us: u64_at(b, 168),
             rwnd_limited_us: u64_at(b, 176),
             sndbuf_limited_us: u64_at(b, 184),
             bytes_sent: u64_at(b, 200),

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::golden::{golden_probe_bound, knee_probe_bound};
+use crate::model::ModelConfig;
 
 /// The largest `n_max` accepted: far beyond any useful session count, and
 /// small enough that every count is exact as an `f64`.
@@ -50,6 +51,9 @@ pub enum ConfigError {
     /// The resampling margin must be finite and non-negative.
     #[error("resample margin = {0} must be finite and non-negative")]
     BadResampleMargin(f64),
+    /// The model's jump factor must be finite and at least 1.
+    #[error("model jump = {0} must be finite and at least 1")]
+    BadJump(f64),
 }
 
 /// When to start searching again after convergence (not in the paper, which
@@ -145,6 +149,14 @@ pub struct TunerConfig {
     /// log2(m - l) probes, and the answer is the knee, not a point in the
     /// middle of the plateau (fewer sessions: less CPU, fairer to others).
     pub plateau_knee: bool,
+    /// Model-informed search (ours; off in the paper, see
+    /// [`crate::model`]): while the path has room the bracket search
+    /// steps by `jump` instead of alpha, a step that lands on a full path
+    /// ends it, and the knee search probes the model's lower bound on the
+    /// knee first. Uses the [`Signals`](crate::Signals) given with each
+    /// sample when there are any.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub model: Option<ModelConfig>,
 }
 
 impl TunerConfig {
@@ -166,6 +178,7 @@ impl TunerConfig {
             discard_after_change: false,
             retune: None,
             plateau_knee: false,
+            model: None,
         }
     }
 
@@ -196,6 +209,9 @@ impl TunerConfig {
         if let Some(rs) = self.resample.filter(bad_margin) {
             return Err(ConfigError::BadResampleMargin(rs.margin));
         }
+        if let Some(m) = self.model.filter(|m| !(m.jump.is_finite() && m.jump >= 1.0)) {
+            return Err(ConfigError::BadJump(m.jump));
+        }
         if let Some(rt) = &self.retune {
             if !(rt.threshold.is_finite() && rt.threshold > 0.0) {
                 return Err(ConfigError::BadRetuneThreshold(rt.threshold));
@@ -213,6 +229,17 @@ impl TunerConfig {
         let scaled = (n as f64 * self.alpha).round();
         let next = if scaled >= self.n_max as f64 { self.n_max } else { scaled as usize };
         next.max(n.saturating_add(1)).min(self.n_max)
+    }
+
+    /// The bracket search's next N above `n` while the path has room: with
+    /// the model, `round(jump * n)` (at least [`up`](Self::up)), at most
+    /// `n_max`; without it, [`up`](Self::up).
+    pub(crate) fn climb(&self, n: usize) -> usize {
+        let up = self.up(n);
+        let Some(m) = self.model else { return up };
+        let scaled = (n as f64 * m.jump).round();
+        let next = if scaled >= self.n_max as f64 { self.n_max } else { scaled as usize };
+        next.max(up).min(self.n_max)
     }
 
     /// The downward bracket search's next N below `n`: `round(n / alpha)`,
@@ -234,16 +261,24 @@ impl TunerConfig {
             if last >= self.n_max {
                 break;
             }
-            seq.push(self.up(last));
+            seq.push(self.climb(last));
         }
         let below = |j: usize| if j == 0 { self.n_min - 1 } else { seq[j - 1] };
+        // The model's knee search misses at most twice before bisecting.
+        let knee = |width: usize| knee_probe_bound(width) + if self.model.is_some() { 2 } else { 0 };
+        // The model: the first point is full already, a knee search below it.
+        let mut worst = if self.model.is_some() { 1 + knee(self.n0 - below(0)) } else { 0 };
         // Stops at seq[j] (not better than seq[j-1]): bracket (below(j-1), seq[j-1], seq[j]).
-        let mut worst = 0;
         for (j, &stop) in seq.iter().enumerate().skip(1) {
             let width = stop - below(j - 1);
-            // A plateau turns into the knee search after one golden probe.
-            let knee = 1 + knee_probe_bound(seq[j - 1] - below(j - 1));
-            worst = worst.max(j + 1 + golden_probe_bound(width).max(knee));
+            // A plateau turns into the knee search after one golden probe
+            // (the model may skip that probe).
+            let plateau = 1 + knee(seq[j - 1] - below(j - 1));
+            worst = worst.max(j + 1 + golden_probe_bound(width).max(plateau));
+            // The model: seq[j] better but full, a knee search between the two.
+            if self.model.is_some() {
+                worst = worst.max(j + 1 + knee(stop - seq[j - 1]));
+            }
         }
         // Rises all the way to n_max: bracket (below(last), n_max, n_max).
         let last = seq.len() - 1;
@@ -267,7 +302,8 @@ impl Default for TunerConfig {
     /// 3 % tolerance, one sample per point and up to three for a point within
     /// 10 % of its reference, the first interval after a change discarded,
     /// re-tuning on a 20 % change for 3 intervals, and the knee search on
-    /// a plateau.
+    /// a plateau, and the model-informed search (steps of 4x while the
+    /// path has room).
     fn default() -> Self {
         TunerConfig {
             tolerance: 0.03,
@@ -276,6 +312,7 @@ impl Default for TunerConfig {
             discard_after_change: true,
             retune: Some(RetuneConfig::default()),
             plateau_knee: true,
+            model: Some(ModelConfig::default()),
             ..TunerConfig::paper()
         }
     }
@@ -315,7 +352,11 @@ mod tests {
         let rt = RetuneConfig { threshold: f64::NAN, consecutive: 3 };
         assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());
         let rt = RetuneConfig { threshold: 0.2, consecutive: 0 };
-        assert!(TunerConfig { retune: Some(rt), ..p }.validate().is_err());
+        assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());
+        for jump in [0.5, f64::NAN, f64::INFINITY] {
+            let model = Some(ModelConfig { jump });
+            assert!(matches!(TunerConfig { model, ..p.clone() }.validate(), Err(ConfigError::BadJump(_))));
+        }
     }
 
     #[test]
@@ -330,6 +371,12 @@ mod tests {
         assert_eq!(c.up(64), 128);
         assert_eq!(c.up(100), 128);
         assert_eq!(c.down(5), 3);
+        // The model's jump: 4x, at least alpha, at most n_max.
+        assert_eq!(c.climb(4), 8);
+        let m = TunerConfig { model: Some(ModelConfig { jump: 4.0 }), ..TunerConfig::paper() };
+        assert_eq!((m.climb(4), m.climb(16), m.climb(64)), (16, 64, 128));
+        let slow = TunerConfig { model: Some(ModelConfig { jump: 1.0 }), ..TunerConfig::paper() };
+        assert_eq!(slow.climb(4), 8);
     }
 
     #[test]
@@ -337,6 +384,9 @@ mod tests {
         // 4, 8, ..., 128: 6 points, then golden section on at most (32, 128, 128).
         let b = TunerConfig::paper().max_search_points();
         assert!(b <= 6 + golden_probe_bound(96), "{b}");
-        assert_eq!(TunerConfig::default().max_search_intervals(), 4 * b);
+        let d = TunerConfig::default();
+        assert_eq!(d.max_search_intervals(), 4 * d.max_search_points());
+        // The model's steps of 4 (4, 16, 64, 128) need fewer points.
+        assert!(d.max_search_points() <= b + 4, "{}", d.max_search_points());
     }
 }

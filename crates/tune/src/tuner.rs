@@ -3,8 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::config::{ConfigError, TunerConfig};
 use crate::golden::Bracket;
+use crate::model::{Signals, knee_floor};
 
 /// In-band samples averaged into the converged goodput level before it is
 /// frozen as the reference for re-tuning.
@@ -152,12 +155,21 @@ pub struct TuningReport {
 
 /// A measured point: its own goodput, and the reference a challenger must
 /// beat (the best level accepted at this point; higher than its own when it
-/// won a tie against a larger N).
+/// won a tie against a larger N); `ramp` and `full` are what the
+/// [`Signals`] said of it (no standing queue, or one).
 #[derive(Debug, Clone, Copy)]
 struct Point {
     n: usize,
     own: f64,
     reference: f64,
+    ramp: bool,
+    full: bool,
+}
+
+impl Point {
+    fn at(n: usize, g: f64) -> Point {
+        Point { n, own: g, reference: g, ramp: false, full: false }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -172,9 +184,12 @@ enum State {
     /// probe above m is not better either, switch to the knee search.
     Golden { bracket: Bracket, m: Point, flat_above: bool },
     /// Knee search: measuring a probe between `lo` (exclusive; clearly
-    /// worse than the plateau) and `hi` (the fewest sessions seen on it;
-    /// its reference is the plateau's level).
-    Knee { lo: usize, hi: Point },
+    /// worse than the plateau, its goodput `lo_g` if measured) and `hi`
+    /// (the fewest sessions seen on it; its reference is the plateau's
+    /// level). With the model, `misses` counts its probes that fell below
+    /// the plateau (after two, bisection) and `model_probe` says whether
+    /// the probe being measured was one.
+    Knee { lo: usize, lo_g: Option<f64>, hi: Point, misses: u8, model_probe: bool },
     /// Holding at `current`.
     Converged(Hold),
 }
@@ -272,6 +287,11 @@ pub struct Tuner {
     configured_max: usize,
     current: usize,
     state: State,
+    /// The signals of the latest sample used for the current point.
+    signals: Signals,
+    /// Goodput of every point decided on in this search (cleared when
+    /// re-tuning starts a new one), for the model's bounds.
+    measured: BTreeMap<usize, f64>,
     warmup_pending: bool,
     avg: Average,
     noise: Noise,
@@ -289,6 +309,8 @@ impl Tuner {
         let current = cfg.n0;
         Ok(Tuner {
             state: State::Up { lower: cfg.n_min - 1, best: None, may_turn_down: false },
+            signals: Signals::default(),
+            measured: BTreeMap::new(),
             warmup_pending: cfg.discard_after_change,
             avg: Average::default(),
             noise: Noise::default(),
@@ -368,12 +390,31 @@ impl Tuner {
     /// N for the next one. Never panics; bad samples are ignored and said so
     /// in [`Step::sample`] (see [`SampleUse`]).
     pub fn observe(&mut self, s: Sample) -> Step {
+        self.observe_with(s, Signals::default())
+    }
+
+    /// [`observe`](Self::observe) with what the controller saw on the
+    /// sessions during the interval, for the model-informed search
+    /// ([`TunerConfig::model`]; ignored without it).
+    pub fn observe_with(&mut self, s: Sample, signals: Signals) -> Step {
         self.intervals = self.intervals.saturating_add(1);
         let used = self.classify(&s);
         if used == SampleUse::Used {
+            self.signals = signals;
             self.accept(s.goodput_bytes_per_s, s.duration_s)
         } else {
             self.step(used)
+        }
+    }
+
+    /// The N the search moves to next if the point being measured now
+    /// turns out better than the last one (the bracket search's next
+    /// step): the sessions worth opening ahead of need. `None` outside the
+    /// bracket search or at `n_max`.
+    pub fn next_if_better(&self) -> Option<usize> {
+        match self.state {
+            State::Up { .. } if self.current < self.cfg.n_max => Some(self.cfg.climb(self.current)),
+            _ => None,
         }
     }
 
@@ -494,15 +535,31 @@ impl Tuner {
     /// returns the next N.
     fn decide(&mut self, g: f64) -> usize {
         let n = self.current;
-        let here = Point { n, own: g, reference: g };
+        let model = self.cfg.model.is_some();
+        let here = Point {
+            ramp: model && self.signals.standing_queue == Some(false),
+            full: model && self.signals.standing_queue == Some(true),
+            ..Point::at(n, g)
+        };
+        self.measured.insert(n, g);
         match self.state.clone() {
+            State::Up { lower, best: None, .. } if here.full && n > self.cfg.n_min => {
+                // The model: the path is full at the first point already;
+                // the knee is at or below it.
+                self.knee(lower, None, here, 0)
+            }
             State::Up { lower, best: None, may_turn_down } => {
                 if n >= self.cfg.n_max {
                     self.golden(Bracket { l: lower, m: n, r: n }, here)
                 } else {
                     self.state = State::Up { lower, best: Some(here), may_turn_down };
-                    self.cfg.up(n)
+                    self.cfg.climb(n)
                 }
+            }
+            State::Up { best: Some(b), .. } if here.full && self.better(g, b.reference) => {
+                // The model: better, but the path was full by n: the knee
+                // lies in (b, n].
+                self.knee(b.n, Some(b.own), here, 0)
             }
             State::Up { lower, best: Some(b), may_turn_down } => {
                 if self.better(g, b.reference) {
@@ -510,13 +567,21 @@ impl Tuner {
                         self.golden(Bracket { l: b.n, m: n, r: n }, here)
                     } else {
                         self.state = State::Up { lower: b.n, best: Some(here), may_turn_down: false };
-                        self.cfg.up(n)
+                        self.cfg.climb(n)
                     }
                 } else if may_turn_down && b.n > self.cfg.n_min {
                     self.state = State::Down { upper: n, best: b };
                     self.cfg.down(b.n)
                 } else {
                     let tie = self.cfg.plateau_knee && g >= b.reference * (1.0 - self.cfg.tolerance);
+                    if tie && b.ramp && here.full {
+                        // The model: b had room, n filled the path and
+                        // gained nothing: the plateau starts at or below b
+                        // (no hump to look for between them).
+                        let hi = Point { reference: b.reference.max(g), ..b };
+                        let lo_g = self.measured.get(&lower).copied();
+                        return self.knee(lower, lo_g, hi, 0);
+                    }
                     let next = self.golden(Bracket { l: lower, m: b.n, r: n }, b);
                     if let State::Golden { flat_above, .. } = &mut self.state {
                         *flat_above = tie;
@@ -526,7 +591,7 @@ impl Tuner {
             }
             State::Down { upper, best } => {
                 if self.better_down(g, best.reference) {
-                    let p = Point { n, own: g, reference: g.max(best.reference) };
+                    let p = Point { reference: g.max(best.reference), ..here };
                     if n <= self.cfg.n_min {
                         self.golden(Bracket { l: self.cfg.n_min - 1, m: n, r: best.n }, p)
                     } else {
@@ -545,18 +610,32 @@ impl Tuner {
                 let better = self.better(g, m.reference);
                 if flat_above && !better && n > m.n && g >= m.reference * (1.0 - self.cfg.tolerance) {
                     // Flat at m, at the probe and at r: a plateau.
-                    return self.knee(bracket.l, m);
+                    let lo_g = self.measured.get(&bracket.l).copied();
+                    return self.knee(bracket.l, lo_g, m, 0);
                 }
                 let next = bracket.update(n, better);
                 let m = if better { here } else { m };
                 self.golden(next, m)
             }
-            State::Knee { lo, hi } => {
+            State::Knee { lo, hi, .. }
+                if model
+                    && n < hi.n
+                    && (self.better(g, hi.reference)
+                        || (here.ramp && hi.full && g >= hi.reference * (1.0 - self.cfg.tolerance))) =>
+            {
+                // The model: a probe below the plateau's fewest sessions
+                // beat it, or reached it with room to spare while the
+                // plateau was measured on a full path: the plateau's level
+                // was an overloaded one (losses), and a hump lies between.
+                let m = Point { reference: g.max(hi.reference), ..here };
+                self.golden(Bracket { l: lo, m: n, r: hi.n }, m)
+            }
+            State::Knee { lo, lo_g, hi, misses, model_probe } => {
                 if g >= hi.reference * (1.0 - self.cfg.tolerance) {
                     // Still on the plateau with fewer sessions.
-                    self.knee(lo, Point { n, own: g, reference: hi.reference.max(g) })
+                    self.knee(lo, lo_g, Point { reference: hi.reference.max(g), ..here }, misses)
                 } else {
-                    self.knee(n, hi)
+                    self.knee(n, Some(g), hi, misses + u8::from(model_probe))
                 }
             }
             // Converged samples never reach `decide` (see `accept`).
@@ -565,8 +644,18 @@ impl Tuner {
     }
 
     /// Enters or continues the golden-section phase on `bracket`, whose
-    /// middle is `m`; returns the next N (the probe, or m when done).
-    fn golden(&mut self, bracket: Bracket, m: Point) -> usize {
+    /// middle is `m`; returns the next N (the probe, or m when done). With
+    /// the model, the lower end rises to just below the fewest sessions
+    /// that could beat m ([`knee_floor`] of m's reference plus the
+    /// tolerance, from the measured l).
+    fn golden(&mut self, mut bracket: Bracket, m: Point) -> usize {
+        if self.cfg.model.is_some()
+            && let Some(&lg) = self.measured.get(&bracket.l)
+        {
+            let beat = m.reference * (1.0 + self.cfg.tolerance);
+            let floor = knee_floor(beat, bracket.l, Some(lg), bracket.m, None);
+            bracket.l = bracket.l.max(floor.saturating_sub(1).min(bracket.m));
+        }
         self.record_bracket(bracket);
         match bracket.probe() {
             Some(probe) => {
@@ -577,16 +666,26 @@ impl Tuner {
         }
     }
 
-    /// Enters or continues the knee search between `lo` (exclusive) and
-    /// `hi`; returns the next N (the probe, or hi.n when done).
-    fn knee(&mut self, lo: usize, hi: Point) -> usize {
-        match crate::golden::knee_probe(lo, hi.n) {
-            Some(probe) => {
-                self.state = State::Knee { lo, hi };
-                probe
+    /// Enters or continues the knee search between `lo` (exclusive, its
+    /// goodput `lo_g` if measured) and `hi`; returns the next N (the
+    /// probe, or hi.n when done). Without the model: bisection. With it:
+    /// the model's lower bound on the knee first ([`knee_floor`]); done
+    /// when that bound reaches hi; bisection above the bound after two
+    /// misses.
+    fn knee(&mut self, lo: usize, lo_g: Option<f64>, hi: Point, misses: u8) -> usize {
+        let Some(mid) = crate::golden::knee_probe(lo, hi.n) else { return self.converge(hi) };
+        let (probe, model_probe) = if self.cfg.model.is_some() {
+            let threshold = hi.reference * (1.0 - self.cfg.tolerance);
+            let floor = knee_floor(threshold, lo, lo_g, hi.n, hi.ramp.then_some(hi.own));
+            if floor >= hi.n {
+                return self.converge(hi);
             }
-            None => self.converge(hi),
-        }
+            if misses < 2 { (floor, true) } else { (mid.max(floor), false) }
+        } else {
+            (mid, false)
+        };
+        self.state = State::Knee { lo, lo_g, hi, misses, model_probe };
+        probe
     }
 
     /// Holds at `m` from now on.
@@ -631,12 +730,13 @@ impl Tuner {
     /// now `level`: up first; if that first step is not better, down.
     fn restart(&mut self, level: f64) {
         let n = self.current;
-        let here = Point { n, own: level, reference: level };
+        let here = Point::at(n, level);
+        self.measured.clear();
         self.report.retunes = self.report.retunes.saturating_add(1);
         self.report.final_n = None;
         let next = if n < self.cfg.n_max {
             self.state = State::Up { lower: self.cfg.n_min - 1, best: Some(here), may_turn_down: true };
-            self.cfg.up(n)
+            self.cfg.climb(n)
         } else if n > self.cfg.n_min {
             self.state = State::Down { upper: n, best: here };
             self.cfg.down(n)
@@ -699,7 +799,7 @@ mod tests {
         }
         assert!(noisy.estimate().is_some_and(f64::is_finite));
     }
-    use crate::RetuneConfig;
+    use crate::{ModelConfig, RetuneConfig};
 
     /// A concave G(N) peaking at 6, as in the paper's figures 2 and 3.
     fn peak6(n: usize) -> f64 {
@@ -929,7 +1029,7 @@ mod tests {
         // measured on the emulated 1 Gbit/s, 100 ms path).
         let cap = |n: usize| (n as f64 * 60.0).min(956.0);
         let points = |knee: bool| {
-            let cfg = TunerConfig { plateau_knee: knee, ..TunerConfig::default() };
+            let cfg = TunerConfig { plateau_knee: knee, model: None, ..TunerConfig::default() };
             let mut t = Tuner::new(cfg).unwrap();
             run(&mut t, cap, 500);
             (t.converged().expect("converged"), t.report().steps.len(), t.report())
@@ -943,10 +1043,98 @@ mod tests {
         assert!(cap(golden_n) >= 0.97 * 956.0);
         assert!(knee_points < golden_points, "knee {knee_points} points, golden {golden_points}");
         // Not a plateau (a peak above m): the golden search runs as before.
-        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::default() }).unwrap();
+        let mut t = Tuner::new(TunerConfig { n0: 1, model: None, ..TunerConfig::default() }).unwrap();
         run(&mut t, peak6, 200);
         assert_eq!(t.converged(), Some(6));
         assert!(t.report().steps.iter().all(|s| s.phase != Phase::Knee));
+    }
+
+    /// Drives `t` on `g` with the signals `queue(n)` says, until it
+    /// converges; returns the N of every decision.
+    fn run_with(
+        t: &mut Tuner,
+        g: impl Fn(usize) -> f64,
+        queue: impl Fn(usize) -> Option<bool>,
+        limit: usize,
+    ) -> Vec<usize> {
+        for _ in 0..limit {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n) });
+        }
+        t.report().steps.iter().map(|s| s.n).collect()
+    }
+
+    #[test]
+    fn the_model_jumps_to_the_knee() {
+        // 60 per session up to the link's 956 (the emulated 1 Gbit/s path
+        // with windows of 7.5 MB per 100 ms): the knee is 16.
+        let cap = |n: usize| (n as f64 * 60.0).min(956.0);
+        let full = |n: usize| Some(n as f64 * 60.0 > 956.0);
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        // With the signals: 4 has room, 16 is full and better; the bound
+        // from 4 (ceil(927 / 60) = 16) is 16 itself: done in two points.
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        assert_eq!(run_with(&mut t, cap, full, 100), vec![4, 16]);
+        assert_eq!(t.converged(), Some(16));
+        // Without them: 64 ties, a hump probe, then the bound ends it.
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let seen = run_with(&mut t, cap, |_| None, 100);
+        assert_eq!(t.converged(), Some(16), "{seen:?}");
+        assert!(seen.len() <= 4, "{seen:?}");
+        // The paper's bracket search needs 4, 8, 16, 32 and more.
+        let mut t = Tuner::new(TunerConfig { model: None, ..cfg.clone() }).unwrap();
+        let plain = run_with(&mut t, cap, full, 100);
+        assert!(plain.len() > 4, "{plain:?}");
+        // The first point full already: the knee is below it.
+        let early = |n: usize| (n as f64 * 300.0).min(956.0);
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let seen = run_with(&mut t, early, |n| Some(n as f64 * 300.0 > 956.0), 100);
+        assert_eq!(t.converged(), Some(4), "{seen:?}");
+        assert!(seen.iter().all(|n| *n <= 4), "never above the full point: {seen:?}");
+        // 4 has room and 16 ties on a full path: 4 is the knee, no probe between.
+        let near = |n: usize| (n as f64 * 234.0).min(956.0);
+        let mut t = Tuner::new(cfg).unwrap();
+        let seen = run_with(&mut t, near, |n| Some(n > 4), 100);
+        assert_eq!((seen, t.converged()), (vec![4, 16], Some(4)));
+    }
+
+    #[test]
+    fn the_model_finds_a_shared_limit_without_signals() {
+        // A server's 100 per connection and 400 in all (nbdkit's rate
+        // filter over loopback: no queue to see).
+        let rate = |n: usize| (n as f64 * 100.0).min(400.0);
+        for (n0, jump) in [(2, 2.0), (4, 4.0), (1, 4.0)] {
+            let cfg = TunerConfig {
+                n0,
+                model: Some(ModelConfig { jump }),
+                discard_after_change: false,
+                ..TunerConfig::default()
+            };
+            let mut t = Tuner::new(cfg).unwrap();
+            let seen = run_with(&mut t, rate, |_| None, 100);
+            assert_eq!(t.converged(), Some(4), "from {n0} by {jump}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn the_paper_ignores_the_signals() {
+        let mut t = Tuner::new(TunerConfig { n0: 1, ..TunerConfig::paper() }).unwrap();
+        let seen = run_with(&mut t, peak6, |n| Some(n >= 4), 100);
+        assert_eq!(seen, vec![1, 2, 4, 8, 6, 7, 5]);
+        assert_eq!(t.converged(), Some(6));
+    }
+
+    #[test]
+    fn spares_are_the_next_step_up() {
+        let t = Tuner::new(TunerConfig::default()).unwrap();
+        assert_eq!(t.next_if_better(), Some(16));
+        let t = Tuner::new(TunerConfig::paper()).unwrap();
+        assert_eq!(t.next_if_better(), Some(8));
+        let t = Tuner::new(TunerConfig { n0: 128, ..TunerConfig::paper() }).unwrap();
+        assert_eq!(t.next_if_better(), None);
     }
 
     #[test]

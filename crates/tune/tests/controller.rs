@@ -34,7 +34,7 @@ fn tuned() -> ControllerConfig {
 /// A controller on `sim` from its current time, after the pool opened
 /// its first sessions (N0 = 4).
 fn start(config: ControllerConfig, sim: &mut SessionSim) -> Controller {
-    sim.apply(Decision { active: TunerConfig::default().n0, request_bytes: 4 * MIB, depth: 4 });
+    sim.apply(Decision { active: TunerConfig::default().n0, open: 0, request_bytes: 4 * MIB, depth: 4 });
     let c = Controller::new(config, &sim.counters(), sim.now()).unwrap();
     sim.apply(c.decision());
     c
@@ -161,13 +161,25 @@ fn after_increases(samples: &[IntervalSample]) -> Vec<IntervalSample> {
 #[test]
 fn the_warm_up_after_an_increase_covers_slow_start() {
     let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
-    let run = |interval: IntervalChoice| {
+    let run = |interval: IntervalChoice, settle_max: Duration| {
         let mut sim = SessionSim::new(path, limits(), Instant::now());
-        let mut c = start(ControllerConfig { interval, ..tuned() }, &mut sim);
+        let mut c = start(ControllerConfig { interval, settle_max, ..tuned() }, &mut sim);
         drive(&mut c, &mut sim, 30.0);
         (c, sim)
     };
-    let (c, sim) = run(auto_interval());
+    // Settling covers slow start whatever the interval.
+    for interval in [auto_interval(), IntervalChoice::Fixed(Duration::from_millis(250))] {
+        let (c, sim) = run(interval, wanblk_tune::SETTLE_MAX);
+        show(&format!("{interval:?}, settling"), c.samples());
+        let firsts = after_increases(c.samples());
+        assert!(!firsts.is_empty(), "N never increased");
+        for s in &firsts {
+            let steady = mbps(sim.steady_goodput(s.n));
+            assert!(s.goodput_mbps >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
+        }
+    }
+    // So does the automatic interval's slow-start rule alone.
+    let (c, sim) = run(auto_interval(), Duration::ZERO);
     show("automatic interval", c.samples());
     let firsts = after_increases(c.samples());
     assert!(!firsts.is_empty(), "N never increased");
@@ -176,8 +188,9 @@ fn the_warm_up_after_an_increase_covers_slow_start() {
         assert!(s.goodput_mbps >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
     }
 
-    // A fixed 250 ms interval: one discarded interval is not enough.
-    let (c, sim) = run(IntervalChoice::Fixed(Duration::from_millis(250)));
+    // A fixed 250 ms interval without settling: one discarded interval
+    // is not enough.
+    let (c, sim) = run(IntervalChoice::Fixed(Duration::from_millis(250)), Duration::ZERO);
     show("fixed 250 ms", c.samples());
     let low = after_increases(c.samples())
         .iter()
@@ -313,6 +326,9 @@ fn low_demand_is_not_taken_for_a_bad_n() {
         &demand[..slow]
     );
     assert!(c.samples()[..slow].iter().all(|s| s.discarded && s.n == TunerConfig::default().n0));
+    // The report's view: each sample says it, and the seconds add up.
+    assert!(c.samples()[..slow].iter().all(|s| s.demand_limited && s.busy.is_some_and(|b| b < 0.5)));
+    assert!(c.timing().demand_limited_s > 50.0, "{:?}", c.timing());
     let busy_after: Vec<f64> = demand[slow..].iter().filter_map(|d| d.slots_busy).collect();
     assert!(busy_after.iter().rev().take(5).all(|b| *b > 0.9), "then the slots are busy: {busy_after:?}");
     let n = c.tuner().unwrap().current();
@@ -357,4 +373,182 @@ fn the_rate_cap_is_the_ceiling_of_the_search() {
     show("rate cap unknown", c.samples());
     let most = c.samples().iter().map(|s| s.n).max().unwrap();
     assert!(most > 4, "the check above cannot fail: N = {most}");
+}
+
+/// Samples the tuner used (not discarded, not demand-limited).
+fn used(samples: &[IntervalSample]) -> impl Iterator<Item = &IntervalSample> {
+    samples.iter().filter(|s| !s.discarded)
+}
+
+/// 1 Gbit/s, 100 ms RTT, 1 MiB windows; a new session needs 4 round trips
+/// to connect (TCP and the protocol's handshake). Warm spares are open
+/// before an increase needs them, and without them the warm-up waits for
+/// the new sessions; with neither (nor settling), the first sample of a
+/// larger N counts handshakes and reads low.
+#[test]
+fn new_sessions_connect_before_they_are_measured() {
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
+    let run = |config: ControllerConfig| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now()).with_connect_rtts(4.0);
+        sim.apply(Decision { active: 1, open: 1, request_bytes: 4 * MIB, depth: 4 });
+        sim.advance_to(sim.now() + Duration::from_millis(400));
+        let mut c = Controller::new(config, &sim.counters(), sim.now()).unwrap();
+        sim.apply(c.decision());
+        drive(&mut c, &mut sim, 30.0);
+        (c, sim)
+    };
+    let low = |c: &Controller, sim: &SessionSim| {
+        after_increases(c.samples())
+            .iter()
+            .filter(|s| s.goodput_mbps < 0.97 * mbps(sim.steady_goodput(s.n)))
+            .count()
+    };
+    // Spares: opened while the smaller N is measured, so no increase waits.
+    let (c, sim) = run(tuned());
+    show("warm spares", c.samples());
+    assert!(c.decision().open >= c.decision().active);
+    assert_eq!(low(&c, &sim), 0);
+    let waits: Vec<f64> = c.samples().iter().skip(1).map(|s| s.connect_wait_s).collect();
+    assert!(waits.iter().all(|w| *w < 0.05), "an increase waited for a handshake: {waits:?}");
+    // No spares: the warm-up waits for the handshakes instead.
+    let (c, sim) = run(ControllerConfig { warm_spares: false, ..tuned() });
+    show("no spares", c.samples());
+    assert_eq!(low(&c, &sim), 0);
+    assert!(c.samples().iter().skip(1).any(|s| s.connect_wait_s >= 0.3), "the handshakes were waited for");
+    // Neither, nor settling: the handshakes land in the measurement.
+    let (c, sim) = run(ControllerConfig {
+        warm_spares: false,
+        connect_wait_max: Duration::ZERO,
+        settle_max: Duration::ZERO,
+        ..tuned()
+    });
+    show("no spares, no connect wait, no settling", c.samples());
+    assert!(low(&c, &sim) > 0, "the check above cannot fail");
+}
+
+/// 10 Gbit/s, 100 ms RTT, random loss that holds every connection to
+/// 64 KiB (5 Mbit/s), slow start overshooting 16x before the first loss:
+/// goodput grows with N up to the 64 sessions allowed. A warm-up that
+/// ends with slow start scores the overshoot and chases a falling curve;
+/// settling scores each N at its level after the first losses. (Where the
+/// overshoot fills the link, goodput stays flat at the link rate while the
+/// windows shrink, and settling cannot tell; a later sample at the same N
+/// shows the level.)
+#[test]
+fn sessions_under_loss_are_scored_after_their_first_losses() {
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(10_000.0, 100.0, 4.0 * 1_048_576.0) };
+    let run = |settle_max: Duration| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now()).with_loss_window(65_536.0, 16.0);
+        let mut c = start(ControllerConfig { settle_max, ..tuned() }, &mut sim);
+        drive(&mut c, &mut sim, 60.0);
+        (c, sim)
+    };
+    let high = |c: &Controller, sim: &SessionSim| {
+        used(c.samples()).filter(|s| s.goodput_mbps > 1.15 * mbps(sim.steady_goodput(s.n))).count()
+    };
+    let (c, sim) = run(wanblk_tune::SETTLE_MAX);
+    show("settling", c.samples());
+    assert_eq!(high(&c, &sim), 0, "a sample scored the slow-start overshoot");
+    let n = c.tuner().unwrap().current();
+    let (best, g) = sim.best_fixed(64);
+    assert!(sim.steady_goodput(n) >= 0.9 * g, "ended at N = {n}, best {best}");
+    let (c, sim) = run(Duration::ZERO);
+    show("no settling", c.samples());
+    assert!(high(&c, &sim) > 0, "the check above cannot fail");
+}
+
+/// Loopback: 10 Gbit/s at 0.2 ms RTT with 4 MiB windows, one session
+/// fills it. The search starts at two sessions (one per core) and never
+/// opens more than the next step.
+#[test]
+fn a_small_path_starts_small() {
+    let path = FlowModel::new(10_000.0, 0.2, 4.0 * 1_048_576.0);
+    let mut sim = SessionSim::new(path, limits(), Instant::now());
+    sim.apply(Decision { active: 1, open: 1, request_bytes: 4 * MIB, depth: 4 });
+    sim.advance_to(sim.now() + Duration::from_millis(10));
+    let config = ControllerConfig { cores: 2, ..tuned() };
+    let mut c = Controller::new(config.clone(), &sim.counters(), sim.now()).unwrap();
+    assert!(c.small_path());
+    assert_eq!(c.decision().active, 2);
+    sim.apply(c.decision());
+    converge(&mut c, &mut sim, 30.0);
+    show("small path", c.samples());
+    let most = c.samples().iter().map(|s| s.n).max().unwrap();
+    assert!(most <= 4 && sim.connected() <= 4, "opened {} sessions, used up to {most}", sim.connected());
+    assert!(c.tuner().unwrap().current() <= 2);
+    // Without small-path sense it starts at N0 = 4 and jumps to 16.
+    let mut c = Controller::new(ControllerConfig { small_path: false, ..config }, &sim.counters(), sim.now())
+        .unwrap();
+    assert!(!c.small_path() && c.decision().active == 4 && c.decision().open == 16);
+    c.finish(sim.now(), &sim.counters());
+}
+
+/// 1 Gbit/s, 100 ms RTT, a queue of one BDP, 3 MiB windows (~250 Mbit/s
+/// per session, as one cubic flow on the emulated path with distribution
+/// default buffers), a handshake of 3 round trips: the path of the demo.
+/// The model-informed search reaches the knee in a few probes and seconds,
+/// the plain bracket search in many more.
+#[test]
+fn the_model_reaches_the_knee_in_seconds() {
+    let path = FlowModel {
+        loss_penalty: 0.0,
+        buffer_bytes: 12.5e6,
+        ..FlowModel::new(1000.0, 100.0, 3.0 * 1_048_576.0)
+    };
+    let run = |config: ControllerConfig| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now()).with_connect_rtts(3.0);
+        sim.apply(Decision { active: 1, open: 1, request_bytes: 4 * MIB, depth: 4 });
+        sim.advance_to(sim.now() + Duration::from_millis(300));
+        let mut c = Controller::new(config, &sim.counters(), sim.now()).unwrap();
+        sim.apply(c.decision());
+        converge(&mut c, &mut sim, 120.0);
+        (c, sim)
+    };
+    let (c, sim) = run(tuned());
+    show("model", c.samples());
+    let n = c.tuner().unwrap().current();
+    let (best, g) = sim.best_fixed(64);
+    assert!(sim.steady_goodput(n) >= 0.97 * g, "ended at N = {n}, best {best}");
+    let t = c.timing();
+    let final_at = t.time_to_final_n_s.unwrap();
+    println!("model: N = {n}, final at {final_at:.1} s, 95 % at {:?} s", t.time_to_95pct_s);
+    assert!(final_at <= 8.0, "N final after {final_at:.1} s");
+    assert!(t.time_to_95pct_s.is_some_and(|s| s <= 2.5), "{t:?}");
+    let points = c.tuning().unwrap().steps.len();
+
+    let plain = TunerConfig { model: None, ..TunerConfig::default() };
+    let (c, _) = run(ControllerConfig { parallelism: Parallelism::Tuned(plain), ..tuned() });
+    show("bracket search", c.samples());
+    let slow = c.timing().time_to_final_n_s.unwrap();
+    println!("bracket search: N = {}, final at {slow:.1} s", c.tuner().unwrap().current());
+    assert!(slow > final_at && c.tuning().unwrap().steps.len() > points, "the model is not faster here");
+}
+
+/// Sessions paced to share a total cap of 50 MB/s (`--rate`) on a path
+/// where 10 MB/s sessions would reach 125: no queue ever forms (pacing),
+/// so the cap is the only sign of a full path; the search must not climb
+/// past the first N that reached it.
+#[test]
+fn a_rate_cap_is_the_ceiling() {
+    let path = FlowModel {
+        loss_penalty: 0.0,
+        buffer_bytes: 0.0,
+        per_flow_overhead: 0.0,
+        ..FlowModel::new(400.0, 100.0, 1_048_576.0)
+    };
+    let run = |rate_cap: Option<f64>| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now());
+        let mut c = start(ControllerConfig { rate_cap_bytes_per_s: rate_cap, ..tuned() }, &mut sim);
+        converge(&mut c, &mut sim, 120.0);
+        (c, sim)
+    };
+    let (c, sim) = run(Some(50e6));
+    show("rate cap", c.samples());
+    let most = c.samples().iter().map(|s| s.n).max().unwrap();
+    assert!(most <= 16, "climbed to {most} above the cap");
+    let n = c.tuner().unwrap().current();
+    assert!(sim.steady_goodput(n) >= 0.97 * 50e6, "ended at N = {n}");
+    let (c, _) = run(None);
+    let most = c.samples().iter().map(|s| s.n).max().unwrap();
+    assert!(most > 16, "the check above cannot fail: {most}");
 }

@@ -2,7 +2,8 @@
 
 use proptest::prelude::*;
 use wanblk_tune::{
-    Phase, ResampleConfig, RetuneConfig, Sample, SampleUse, Tuner, TunerConfig, golden_probe_bound,
+    ModelConfig, Phase, ResampleConfig, RetuneConfig, Sample, SampleUse, Signals, Tuner, TunerConfig,
+    golden_probe_bound,
 };
 
 fn config() -> impl Strategy<Value = TunerConfig> {
@@ -17,8 +18,9 @@ fn config() -> impl Strategy<Value = TunerConfig> {
         any::<bool>(),
         prop::option::of((0.01f64..1.0, 1u32..5)),
         any::<bool>(),
+        prop::option::of(1.0f64..8.0),
     )
-        .prop_map(|(n_min, extra, start, alpha, tolerance, spp, rs, discard, rt, knee)| {
+        .prop_map(|(n_min, extra, start, alpha, tolerance, spp, rs, discard, rt, knee, jump)| {
             let n_max = n_min + extra;
             TunerConfig {
                 n0: n_min + start.index(extra + 1),
@@ -31,8 +33,13 @@ fn config() -> impl Strategy<Value = TunerConfig> {
                 discard_after_change: discard,
                 retune: rt.map(|(threshold, consecutive)| RetuneConfig { threshold, consecutive }),
                 plateau_knee: knee,
+                model: jump.map(|jump| ModelConfig { jump }),
             }
         })
+}
+
+fn signals() -> impl Strategy<Value = Signals> {
+    prop::option::of(any::<bool>()).prop_map(|standing_queue| Signals { standing_queue })
 }
 
 fn goodput() -> impl Strategy<Value = f64> {
@@ -66,15 +73,15 @@ proptest! {
     #[test]
     fn any_samples_keep_the_tuner_sane(
         cfg in config(),
-        samples in prop::collection::vec((goodput(), duration(), 0u8..20), 0..300),
+        samples in prop::collection::vec((goodput(), duration(), 0u8..20, signals()), 0..300),
     ) {
         let mut t = Tuner::new(cfg.clone()).unwrap();
         let mut episode: Option<(usize, usize)> = None; // (bound, probes so far)
-        for (g, d, wrong) in samples {
+        for (g, d, wrong, signals) in samples {
             // Now and then a sample for the wrong N.
             let n = if wrong == 0 { t.current() + 1 } else { t.current() };
             let before = t.phase();
-            let step = t.observe(Sample { n, goodput_bytes_per_s: g, duration_s: d });
+            let step = t.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s: d }, signals);
             prop_assert!((cfg.n_min..=cfg.n_max).contains(&step.next_n), "{step:?}");
             prop_assert_eq!(step.next_n, t.current());
             prop_assert_eq!(step.phase, t.phase());
@@ -101,14 +108,14 @@ proptest! {
     #[test]
     fn valid_samples_converge_within_the_bound(
         cfg in config(),
-        samples in prop::collection::vec(0.0f64..1e10, 1000),
+        samples in prop::collection::vec((0.0f64..1e10, signals()), 1000),
     ) {
         let mut t = Tuner::new(cfg.clone()).unwrap();
         let bound = cfg.max_search_intervals();
         let mut converged_at = None;
-        for (i, g) in samples.into_iter().enumerate() {
+        for (i, (g, signals)) in samples.into_iter().enumerate() {
             let n = t.current();
-            t.observe(Sample { n, goodput_bytes_per_s: g, duration_s: 1.0 });
+            t.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s: 1.0 }, signals);
             if t.converged().is_some() {
                 converged_at = Some(i + 1);
                 break;

@@ -88,6 +88,9 @@ struct Shared {
     roles: watch::Sender<u64>,
     /// Sessions asked to be active.
     active: AtomicUsize,
+    /// Sessions asked to be kept open (at least `active`; the others idle,
+    /// warm spares).
+    open: AtomicUsize,
     /// Request slots each active session uses (1..=max_depth).
     depth: AtomicUsize,
     /// Cap on the bytes per second all active sessions together send (0:
@@ -210,6 +213,7 @@ impl Pool {
             sessions: Mutex::new(Vec::new()),
             roles,
             active: AtomicUsize::new(config.initial_sessions.min(max_sessions)),
+            open: AtomicUsize::new(0),
             depth: AtomicUsize::new(config.max_depth),
             rate_cap: AtomicU64::new(0),
             request_bytes: AtomicU32::new(max_request_bytes),
@@ -279,6 +283,23 @@ impl Pool {
             }
         }
         self.shared.rebalance();
+    }
+
+    /// Keeps `n` sessions open, opening the missing ones in the background
+    /// (in parallel); sessions beyond the active ones idle, ready to be
+    /// activated without a handshake (warm spares). Sessions are never
+    /// closed for a lower `n`.
+    ///
+    /// # Errors
+    /// `n` above `max_sessions()` (a configuration error; nothing changes).
+    pub fn set_open(&self, n: usize) -> Result<()> {
+        if n > self.shared.max_sessions {
+            return Err(self.refuse(format!("{n} open sessions is above {}", self.shared.max_sessions)));
+        }
+        if self.shared.open.swap(n, Ordering::SeqCst) < n {
+            self.shared.rebalance();
+        }
+        Ok(())
     }
 
     /// Sets how many request slots each active session uses. A slot beyond

@@ -41,7 +41,8 @@ impl Shared {
     }
 
     /// Marks the first `active` healthy sessions active and the rest idle,
-    /// and opens more sessions when there are too few.
+    /// and opens more sessions when there are fewer than `active` (or the
+    /// spares asked for, `open`).
     pub(super) fn rebalance(self: &Arc<Self>) {
         let want = self.active.load(Ordering::SeqCst);
         let cap = self.rate_cap.load(Ordering::SeqCst);
@@ -82,7 +83,8 @@ impl Shared {
             return;
         }
         let connecting = self.connecting.load(Ordering::SeqCst);
-        let missing = want.saturating_sub(healthy + connecting);
+        let keep = want.max(self.open.load(Ordering::SeqCst)).min(self.max_sessions);
+        let missing = keep.saturating_sub(healthy + connecting);
         for _ in 0..missing {
             if self.closed.load(Ordering::SeqCst) {
                 break;

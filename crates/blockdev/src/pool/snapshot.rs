@@ -35,6 +35,10 @@ pub struct PoolSnapshot {
     pub hedged: u64,
     /// Hedged requests the duplicate answered first.
     pub hedges_won: u64,
+    /// Sessions asked to be kept open (warm spares included).
+    pub open_target: usize,
+    /// Sessions being opened now (connecting, logging in).
+    pub connecting: usize,
     /// Every session the pool opened, failed ones included.
     pub sessions: Vec<SessionSnapshot>,
 }
@@ -98,6 +102,8 @@ impl Pool {
             idle_slot_us: sh.idle_slot_us.load(Ordering::Relaxed),
             hedged: sh.hedged.load(Ordering::Relaxed),
             hedges_won: sh.hedges_won.load(Ordering::Relaxed),
+            open_target: sh.open.load(Ordering::Relaxed).max(sh.active.load(Ordering::SeqCst)),
+            connecting: sh.connecting.load(Ordering::SeqCst),
             sessions: sessions
                 .iter()
                 .map(|s| {

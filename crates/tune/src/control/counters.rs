@@ -26,6 +26,8 @@ pub struct PoolCounters {
     /// (monotonic; `None` if the pool does not measure it). Idle slots
     /// mean the application, not the path, sets the pace.
     pub idle_slot_us: Option<u64>,
+    /// Sessions being opened now (handshake, login).
+    pub connecting: usize,
 }
 
 /// The values a pool accepts in a [`Decision`](crate::Decision).
@@ -112,6 +114,9 @@ pub struct TcpCounters {
     pub cwnd_bytes: u64,
     /// Receive window target, bytes (`tcpi_rcv_space`).
     pub rcv_space: u32,
+    /// Smallest RTT seen on the connection, microseconds (`tcpi_min_rtt`;
+    /// 0 if unknown): the path's RTT without queueing.
+    pub min_rtt_us: u32,
 }
 
 impl Counters {
@@ -123,6 +128,60 @@ impl Counters {
     /// Every active session has TCP counters (so goodput can come from them).
     pub fn tcp_complete(&self) -> bool {
         !self.pools.is_empty() && self.sessions().all(|s| s.tcp.is_some() || !s.active)
+    }
+
+    /// Active sessions in the pool that has the fewest: how many of the
+    /// active N are open everywhere (fewer while new sessions connect).
+    pub fn active_open(&self) -> usize {
+        self.pools.iter().map(|p| p.sessions.iter().filter(|s| s.active).count()).min().unwrap_or(0)
+    }
+
+    /// Sessions being opened in all pools.
+    pub fn connecting(&self) -> usize {
+        self.pools.iter().map(|p| p.connecting).sum()
+    }
+
+    /// The smallest RTT any session has seen, seconds (0 if unknown): the
+    /// path's round trip without queueing.
+    pub fn min_rtt_s(&self) -> f64 {
+        self.sessions()
+            .filter_map(|s| s.tcp)
+            .map(|t| t.min_rtt_us)
+            .filter(|us| *us > 0)
+            .min()
+            .map_or(0.0, |us| f64::from(us) / 1e6)
+    }
+
+    /// Did the active sessions' RTT stand above its minimum (a bottleneck
+    /// queue: the path was full)? The median over the active sessions of
+    /// `rtt - min_rtt` against the larger of [`QUEUE_MIN`] and
+    /// [`QUEUE_SHARE`] of the median `min_rtt`. `None` without TCP
+    /// counters, or on a path whose RTT is below [`SMALL_PATH_RTT`]
+    /// (queueing there is the hosts', not the path's).
+    pub fn standing_queue(&self) -> Option<bool> {
+        let mut base = Vec::new();
+        let mut queue = Vec::new();
+        for t in self.sessions().filter(|s| s.active).filter_map(|s| s.tcp) {
+            if t.min_rtt_us > 0 && t.rtt_us > 0 {
+                base.push(f64::from(t.min_rtt_us) / 1e6);
+                queue.push((f64::from(t.rtt_us) - f64::from(t.min_rtt_us)).max(0.0) / 1e6);
+            }
+        }
+        let (base, queue) = (median(&mut base)?, median(&mut queue)?);
+        if base < SMALL_PATH_RTT.as_secs_f64() {
+            return None;
+        }
+        Some(queue > (QUEUE_SHARE * base).max(QUEUE_MIN.as_secs_f64()))
+    }
+
+    /// Payload bytes the TCP counters of every open session add up to, in
+    /// the pool that moved the fewest (`None` without TCP counters on
+    /// every active session): the warm-up's progress.
+    pub(crate) fn transport_bytes(&self) -> Option<u64> {
+        if !self.tcp_complete() {
+            return None;
+        }
+        self.pools.iter().map(|p| p.sessions.iter().filter_map(|s| s.tcp).map(|t| t.bytes).sum()).min()
     }
 
     /// Largest smoothed RTT of the active sessions, seconds (0 if unknown).
@@ -149,6 +208,30 @@ impl Counters {
     fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
         self.pools.iter().flat_map(|p| &p.sessions)
     }
+}
+
+/// A path whose RTT is below this is small (a LAN, loopback, a Unix
+/// socket): one or two sessions fill it, and a standing queue cannot be
+/// told from host scheduling.
+pub const SMALL_PATH_RTT: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Smallest queueing delay (RTT above its minimum) that counts as a
+/// standing queue, whatever the path.
+pub const QUEUE_MIN: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// Share of the path's minimum RTT that queueing delay must exceed to
+/// count as a standing queue (5 %: on a 100 ms path, 5 ms of queue; a
+/// 500-packet buffer at 1 Gbit/s holds 6 ms).
+pub const QUEUE_SHARE: f64 = 0.05;
+
+/// The median of `xs` (sorted in place), `None` if empty.
+fn median(xs: &mut [f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    let k = xs.len();
+    Some(if k % 2 == 1 { xs[k / 2] } else { (xs[k / 2 - 1] + xs[k / 2]) / 2.0 })
 }
 
 /// Per-session cumulative TCP counters, kept to difference between samples.
@@ -223,6 +306,7 @@ mod tests {
             limits: PoolLimits { max_sessions, max_request_bytes, request_align, max_depth },
             sessions: Vec::new(),
             idle_slot_us: None,
+            connecting: 0,
         };
         let l = PoolLimits::common(&[pool(64, 4 << 20, 512, 4), pool(8, 1 << 20, 4096, 16)]);
         assert_eq!(
@@ -245,7 +329,12 @@ mod tests {
         };
         let c = |sessions| Counters {
             completed_bytes: 0,
-            pools: vec![PoolCounters { limits: PoolLimits::default(), sessions, idle_slot_us: None }],
+            pools: vec![PoolCounters {
+                limits: PoolLimits::default(),
+                sessions,
+                idle_slot_us: None,
+                connecting: 0,
+            }],
         };
         let mut m = TransportMeter::default();
         assert_eq!(m.delta(&c(vec![s(0, true, 100)])).unwrap().per_pool, vec![0]);
@@ -258,5 +347,46 @@ mod tests {
         assert!(m.delta(&c(vec![s(0, true, 500), unix])).is_none());
         let idle = SessionCounters { active: false, ..unix };
         assert!(m.delta(&c(vec![s(0, true, 600), idle])).is_some());
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    fn with_rtts(rtts: &[(u32, u32)]) -> Counters {
+        let sessions = rtts
+            .iter()
+            .enumerate()
+            .map(|(index, (rtt_us, min_rtt_us))| SessionCounters {
+                index,
+                active: true,
+                in_flight: 1,
+                tcp: Some(TcpCounters { rtt_us: *rtt_us, min_rtt_us: *min_rtt_us, ..TcpCounters::default() }),
+            })
+            .collect();
+        Counters {
+            completed_bytes: 0,
+            pools: vec![PoolCounters {
+                limits: PoolLimits::default(),
+                sessions,
+                idle_slot_us: None,
+                connecting: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_standing_queue_is_rtt_above_its_minimum() {
+        // 100 ms path: 4 ms of queue is nothing, 30 ms is a full path.
+        assert_eq!(with_rtts(&[(104_000, 100_000), (101_000, 100_000)]).standing_queue(), Some(false));
+        assert_eq!(with_rtts(&[(106_000, 100_000)]).standing_queue(), Some(true));
+        assert_eq!(with_rtts(&[(130_000, 100_000), (131_000, 100_100)]).standing_queue(), Some(true));
+        // Loopback: unknown, whatever the ratio.
+        assert_eq!(with_rtts(&[(400, 50)]).standing_queue(), None);
+        // No RTT known.
+        assert_eq!(with_rtts(&[(0, 0)]).standing_queue(), None);
+        assert_eq!(with_rtts(&[(130_000, 100_000)]).min_rtt_s(), 0.1);
+        assert_eq!(with_rtts(&[(130_000, 100_000), (1, 0)]).active_open(), 2);
     }
 }

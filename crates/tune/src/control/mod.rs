@@ -22,35 +22,62 @@
 //! ([`IntervalPolicy::requests_per_session`], up to the longest interval),
 //! so one interval does not read 0 and the next twice the rate.
 //!
-//! A sample taken right after N changed is a warm-up the tuner discards:
-//! after an increase as long as slow start needs to reach the largest
-//! window any session has; after a decrease it starts only when the
+//! A sample taken right after N changed is a warm-up the tuner discards.
+//! After an increase (and at the start) it begins only when every active
+//! session is open, so handshakes and logins are not measured
+//! ([`ControllerConfig::connect_wait_max`]), and lasts until goodput has
+//! settled: at least as long as slow start needs to reach the largest
+//! window any session has, and then until three consecutive sub-windows
+//! of a few round trips agree ([`ControllerConfig::settle_max`]), so that
+//! sessions under random loss are scored at their level after the first
+//! losses, not in slow start. After a decrease it starts only when the
 //! deactivated sessions have finished the requests they took (their bytes
 //! would otherwise count for the smaller N; at most
 //! [`ControllerConfig::drain_wait_max`]), then lasts two round trips.
+//! Sessions the search will want next are opened ahead of need, idle
+//! ([`Decision::open`], [`ControllerConfig::warm_spares`]).
 //!
-//! That wait is as long as a session's requests in flight take at its
-//! share of the path, so with a tuner the controller also sizes the
+//! That drain wait is as long as a session's requests in flight take at
+//! its share of the path, so with a tuner the controller also sizes the
 //! requests ([`request_plan`]): all sessions together keep about twice the
 //! measured bandwidth-delay product in flight (at least 64 MiB), cut into
 //! requests that fit each session's share.
 //!
+//! With each sample the tuner gets [`Signals`]: whether the sessions' RTT
+//! stood above its minimum (a full path; [`Counters::standing_queue`]),
+//! or goodput reached the total rate cap ([`ControllerConfig::rate_cap_bytes_per_s`]).
+//! A sample in which the sessions lacked work (the application, not the
+//! path, was the limit: [`IntervalSample::demand_limited`]) is not given
+//! to the tuner. On a small path (RTT below [`SMALL_PATH_RTT`], or no TCP
+//! at all) the search starts at one or two sessions and steps by alpha
+//! ([`ControllerConfig::small_path`]).
+//!
 //! N is clamped here and only here: [`Controller::new`] fits the configured
 //! range into what every pool accepts ([`PoolLimits`]), and every
 //! [`Decision`] is within those limits.
+//!
+//! The controller also keeps a progress trace and reports how fast the
+//! run reached the path ([`Timing`]).
 
 mod counters;
 mod plan;
 mod sample;
+mod timing;
 
 use std::time::{Duration, Instant};
 
-pub use counters::{Counters, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
-pub use plan::{IN_FLIGHT_FLOOR, MIN_REQUEST_BYTES, request_plan};
+pub use counters::{
+    Counters, PoolCounters, PoolLimits, QUEUE_MIN, QUEUE_SHARE, SMALL_PATH_RTT, SessionCounters, TcpCounters,
+};
+pub use plan::{
+    IN_FLIGHT_FLOOR, MIN_REQUEST_BYTES, SMALL_PATH_IN_FLIGHT_FLOOR, request_plan, request_plan_with_floor,
+};
 pub use sample::IntervalSample;
+pub use timing::{NEAR_CAPACITY, PROGRESS_SPACING_S, ProgressPoint, RATE_WINDOW_MIN_S, Timing, time_to_rate};
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::interval::{IntervalPolicy, PathSnapshot};
+use crate::model::Signals;
 use crate::tuner::{Sample, Tuner, TuningReport};
 use counters::TransportMeter;
 
@@ -87,6 +114,26 @@ pub struct ControllerConfig {
     pub size_requests: bool,
     /// Longest wait for deactivated sessions to drain after a decrease.
     pub drain_wait_max: Duration,
+    /// With a tuner: keep the sessions the search would move to next open
+    /// (idle) ahead of need ([`Decision::open`]), so an increase does not
+    /// wait for handshakes.
+    pub warm_spares: bool,
+    /// With a tuner: longest wait, before the warm-up after an increase,
+    /// for the new sessions to connect (zero: no wait).
+    pub connect_wait_max: Duration,
+    /// With a tuner and TCP counters: the warm-up after an increase lasts
+    /// until goodput has settled ([`SETTLE_WINDOWS`] consecutive
+    /// sub-windows of [`SETTLE_RTTS`] round trips within
+    /// [`SETTLE_TOLERANCE`]), at most this long and at most
+    /// [`SETTLE_RTTS_MAX`] round trips (but [`SETTLE_MIN`]); not on a small
+    /// path (zero: only the slow-start rule of [`IntervalPolicy`]).
+    pub settle_max: Duration,
+    /// With a tuner: on a small path (RTT below [`SMALL_PATH_RTT`] or no
+    /// TCP) start at [`small_path_n0`] sessions and step by alpha.
+    pub small_path: bool,
+    /// With a tuner: give the tuner [`Signals`] (off: goodput alone, as
+    /// in the paper).
+    pub signals: bool,
     /// An interval whose request slots were busy less than this share of
     /// the time is demand-limited and not given to the tuner (0: every
     /// interval is; see [`DEMAND_LIMITED`]).
@@ -96,6 +143,8 @@ pub struct ControllerConfig {
     /// ([`AT_RATE_CAP`] of it), more sessions cannot help, so the tuner may
     /// not go above the N that reached it ([`Tuner::set_ceiling`]).
     pub rate_cap_bytes_per_s: Option<f64>,
+    /// The host's CPU cores (0: unknown), for the small path's start.
+    pub cores: usize,
 }
 
 /// The share of the rate cap at which goodput counts as at the cap.
@@ -103,30 +152,81 @@ pub const AT_RATE_CAP: f64 = 0.9;
 
 impl ControllerConfig {
     /// `parallelism` with an automatic interval (the default policy),
-    /// request sizing, a 3 s drain wait and demand detection.
+    /// request sizing, a 3 s drain wait, warm spares, a 5 s connect wait,
+    /// settling warm-ups of at most 4 s, small-path sense, signals, demand
+    /// detection, and no rate cap.
     pub fn new(parallelism: Parallelism) -> Self {
         ControllerConfig {
             parallelism,
             interval: IntervalChoice::Auto(IntervalPolicy::default()),
             size_requests: true,
             drain_wait_max: DRAIN_WAIT_MAX,
+            warm_spares: true,
+            connect_wait_max: CONNECT_WAIT_MAX,
+            settle_max: SETTLE_MAX,
+            small_path: true,
+            signals: true,
             demand_limited: DEMAND_LIMITED,
             rate_cap_bytes_per_s: None,
+            cores: 0,
+        }
+    }
+
+    /// Only what the paper's experiments did: no request sizing, spares,
+    /// connect wait, settling, small-path sense, signals or demand
+    /// detection (the tuner sees every interval; the drain wait stays:
+    /// without it the paper's measurement is wrong, see docs/results).
+    pub fn paper(parallelism: Parallelism) -> Self {
+        ControllerConfig {
+            size_requests: false,
+            warm_spares: false,
+            connect_wait_max: Duration::ZERO,
+            settle_max: Duration::ZERO,
+            small_path: false,
+            signals: false,
+            demand_limited: 0.0,
+            ..ControllerConfig::new(parallelism)
         }
     }
 }
 
 /// Default longest wait for deactivated sessions to drain after a decrease.
 pub const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
-/// How often the drain wait looks at the sessions.
-pub const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// Default longest wait for new sessions to connect before a warm-up.
+pub const CONNECT_WAIT_MAX: Duration = Duration::from_secs(5);
+/// Default longest settling warm-up after an increase.
+pub const SETTLE_MAX: Duration = Duration::from_secs(4);
+/// Round trips per settling sub-window (at least [`SETTLE_WINDOW_MIN`]).
+pub const SETTLE_RTTS: f64 = 2.0;
+/// Shortest settling sub-window.
+pub const SETTLE_WINDOW_MIN: Duration = Duration::from_millis(100);
+/// A settling warm-up lasts at most this many round trips (and at most
+/// [`ControllerConfig::settle_max`])...
+pub const SETTLE_RTTS_MAX: f64 = 30.0;
+/// ...but may always last this long.
+pub const SETTLE_MIN: Duration = Duration::from_millis(500);
+/// Consecutive sub-windows whose goodputs all lie within this share (of
+/// the largest) of each other have settled.
+pub const SETTLE_TOLERANCE: f64 = 0.1;
+/// How many consecutive sub-windows must agree: three, so that the two
+/// sides of a slow-start overshoot (rising into the first loss, falling
+/// after it) cannot pass for a level.
+pub const SETTLE_WINDOWS: usize = 3;
 /// An interval whose request slots were busy less than this share of the
 /// time was paced by the application, not by the path: its goodput says
 /// nothing about N, and the tuner does not see it (the default of
 /// [`ControllerConfig::demand_limited`]).
 pub const DEMAND_LIMITED: f64 = 0.5;
+/// How often the drain and connect waits look at the sessions.
+pub const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// Shortest interval, whatever the policy says (so time always moves).
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The first N on a small path: one session per core, one or two (two
+/// when the cores are unknown).
+pub fn small_path_n0(cores: usize) -> usize {
+    if cores == 0 { 2 } else { cores.clamp(1, 2) }
+}
 
 /// What the pools should do from now on. Every value is within the limits
 /// of every pool ([`PoolLimits`]).
@@ -134,6 +234,9 @@ const MIN_INTERVAL: Duration = Duration::from_millis(1);
 pub struct Decision {
     /// Active sessions (N).
     pub active: usize,
+    /// Sessions to keep open, idle ones included (at least `active`): the
+    /// extra ones are warm spares the search may activate next.
+    pub open: usize,
     /// Bytes per request on the wire.
     pub request_bytes: u32,
     /// Requests in flight per active session.
@@ -154,18 +257,69 @@ pub struct DemandSample {
     pub demand_limited: bool,
 }
 
+/// The settling rule of one warm-up: progress marks every `sub`, done
+/// when [`SETTLE_WINDOWS`] consecutive sub-windows agree after `min_end`,
+/// or at `max_end`.
+#[derive(Debug, Clone)]
+struct Settle {
+    marks: Vec<(Instant, u64)>,
+    sub: Duration,
+    min_end: Instant,
+    max_end: Instant,
+}
+
+impl Settle {
+    /// Records the progress at `now`; true when settled (or out of time).
+    fn mark(&mut self, now: Instant, bytes: Option<u64>) -> bool {
+        let Some(bytes) = bytes else { return now >= self.min_end };
+        self.marks.push((now, bytes));
+        if now >= self.max_end {
+            return true;
+        }
+        if now < self.min_end || self.marks.len() <= SETTLE_WINDOWS {
+            return false;
+        }
+        let rate = |(t0, b0): (Instant, u64), (t1, b1): (Instant, u64)| {
+            let dt = t1.saturating_duration_since(t0).as_secs_f64();
+            if dt > 0.0 { b1.saturating_sub(b0) as f64 / dt } else { 0.0 }
+        };
+        let rates: Vec<f64> = self.marks[self.marks.len() - 1 - SETTLE_WINDOWS..]
+            .windows(2)
+            .map(|w| rate(w[0], w[1]))
+            .collect();
+        let (lo, hi) = rates.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        hi > 0.0 && hi - lo <= SETTLE_TOLERANCE * hi
+    }
+
+    /// When to look next.
+    fn next(&self, now: Instant) -> Instant {
+        (now + self.sub).min(self.max_end.max(now + MIN_INTERVAL))
+    }
+}
+
 /// Where the controller is between two calls.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum State {
     /// A decision was just made: the next interval starts at the next call,
     /// with counters read after the pools applied it (which sessions are
-    /// active, and their RTT, depend on it).
+    /// active and connecting, and their RTT, depend on it).
     Starting { at: Instant },
+    /// After an increase (or at the start): waiting for the new sessions
+    /// to connect before the warm-up starts.
+    Connecting { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
     /// After a decrease: waiting for the deactivated sessions to finish
     /// their requests before the warm-up interval starts.
     Draining { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
-    /// Measuring an interval that ends at `end`.
-    Measuring { began: Instant, end: Instant, rtt_s: f64, drain_wait_s: f64 },
+    /// Measuring an interval that ends at `end` (a settling warm-up
+    /// looks every sub-window until it has settled).
+    Measuring {
+        began: Instant,
+        end: Instant,
+        rtt_s: f64,
+        drain_wait_s: f64,
+        connect_wait_s: f64,
+        settle: Option<Settle>,
+    },
 }
 
 /// The controller. See the module docs.
@@ -180,17 +334,23 @@ pub struct Controller {
     /// End of the last sample (the next one starts here).
     last_t: Instant,
     last_completed: u64,
+    /// Idle slot time of each pool at the start of the interval.
+    last_idle: Vec<Option<u64>>,
+    demand: Vec<DemandSample>,
     meter: TransportMeter,
     last_goodput: f64,
     /// The best goodput seen: what the path carried at least once.
     best_goodput: f64,
     /// The last change of N was a decrease.
     decreased: bool,
+    /// When N last changed, seconds since the start.
+    last_change_s: Option<f64>,
+    small_path: bool,
+    /// The smallest RTT seen on the path, seconds (0 unknown).
+    path_rtt_s: f64,
     state: State,
     samples: Vec<IntervalSample>,
-    /// Idle slot time of each pool at the start of the interval.
-    last_idle: Vec<Option<u64>>,
-    demand: Vec<DemandSample>,
+    progress: Vec<ProgressPoint>,
 }
 
 impl Controller {
@@ -208,10 +368,23 @@ impl Controller {
     ) -> Result<Controller, ConfigError> {
         let limits = PoolLimits::common(&counters.pools);
         let most = limits.max_sessions.max(1);
+        let has_pools = !counters.pools.is_empty();
+        // Small: a sub-millisecond RTT, or no TCP at all (a Unix socket).
+        let rtt = counters.min_rtt_s();
+        let small_path = config.small_path
+            && has_pools
+            && matches!(config.parallelism, Parallelism::Tuned(_))
+            && (if counters.tcp_complete() { rtt > 0.0 && rtt < SMALL_PATH_RTT.as_secs_f64() } else { true });
         let (n, tuner) = match &config.parallelism {
             Parallelism::Fixed(n) => ((*n).clamp(1, most), None),
             Parallelism::Tuned(cfg) => {
                 let mut cfg = cfg.clone();
+                if small_path {
+                    cfg.n0 = cfg.n0.min(small_path_n0(config.cores));
+                    if let Some(m) = cfg.model.as_mut() {
+                        m.jump = cfg.alpha;
+                    }
+                }
                 cfg.n_max = cfg.n_max.min(most).max(cfg.n_min);
                 cfg.n0 = cfg.n0.clamp(cfg.n_min, cfg.n_max);
                 let t = Tuner::new(cfg)?;
@@ -221,24 +394,30 @@ impl Controller {
         let mut meter = TransportMeter::default();
         let _ = meter.delta(counters);
         let mut c = Controller {
-            decision: Decision { active: n, request_bytes: 0, depth: 0 },
+            decision: Decision { active: n, open: n, request_bytes: 0, depth: 0 },
             limits,
-            has_pools: !counters.pools.is_empty(),
+            has_pools,
             tuner,
             start: now,
             last_t: now,
             last_completed: counters.completed_bytes,
+            last_idle: counters.pools.iter().map(|p| p.idle_slot_us).collect(),
+            demand: Vec::new(),
             meter,
             last_goodput: f64::NAN,
             best_goodput: 0.0,
             decreased: false,
+            last_change_s: None,
+            small_path,
+            path_rtt_s: rtt,
             state: State::Starting { at: now },
             samples: Vec::new(),
-            last_idle: counters.pools.iter().map(|p| p.idle_slot_us).collect(),
-            demand: Vec::new(),
+            progress: Vec::new(),
             config,
         };
         c.size_requests(0.0);
+        c.open_spares();
+        c.trace(now, counters);
         Ok(c)
     }
 
@@ -248,12 +427,13 @@ impl Controller {
     }
 
     /// When the controller wants to be called next: the end of the
-    /// interval, or the next look at draining sessions.
+    /// interval, the next look at a settling warm-up, or the next look at
+    /// sessions connecting or draining.
     pub fn poll_timeout(&self) -> Instant {
-        match self.state {
-            State::Starting { at } => at,
-            State::Draining { next_poll, .. } => next_poll,
-            State::Measuring { end, .. } => end,
+        match &self.state {
+            State::Starting { at } => *at,
+            State::Connecting { next_poll, .. } | State::Draining { next_poll, .. } => *next_poll,
+            State::Measuring { end, .. } => *end,
         }
     }
 
@@ -266,9 +446,26 @@ impl Controller {
         if now < self.poll_timeout() {
             return None;
         }
-        match self.state {
+        self.trace(now, counters);
+        match self.state.clone() {
             State::Starting { .. } => {
                 self.begin_interval(now, counters);
+                None
+            }
+            State::Connecting { began, rtt_s, length, .. } => {
+                let waited = now.saturating_duration_since(began);
+                let max = self.config.connect_wait_max;
+                // Wait while sessions are missing and some are on their
+                // way (a store that refuses more is not waited for).
+                if counters.active_open() < self.decision.active && counters.connecting() > 0 && waited < max
+                {
+                    let next_poll = (now + DRAIN_POLL).min(began + max);
+                    self.state = State::Connecting { began, next_poll, rtt_s, length };
+                } else {
+                    // The sessions are open: slow start begins now.
+                    let rtt_s = counters.max_rtt_s().max(rtt_s);
+                    self.state = self.measuring(now, counters, rtt_s, length, 0.0, waited.as_secs_f64());
+                }
                 None
             }
             State::Draining { began, rtt_s, length, .. } => {
@@ -278,17 +475,31 @@ impl Controller {
                     self.state = State::Draining { began, next_poll, rtt_s, length };
                 } else {
                     let drain_wait_s = waited.as_secs_f64();
-                    self.state = State::Measuring { began: now, end: now + length, rtt_s, drain_wait_s };
+                    self.state = State::Measuring {
+                        began: now,
+                        end: now + length,
+                        rtt_s,
+                        drain_wait_s,
+                        connect_wait_s: 0.0,
+                        settle: None,
+                    };
                 }
                 None
             }
-            State::Measuring { began, rtt_s, drain_wait_s, .. } => {
+            State::Measuring { began, rtt_s, drain_wait_s, connect_wait_s, mut settle, .. } => {
+                if let Some(st) = settle.as_mut()
+                    && !st.mark(now, counters.transport_bytes())
+                {
+                    let end = st.next(now);
+                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle };
+                    return None;
+                }
                 if let Some(end) = self.longer_for_completions(now, began, counters) {
-                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s };
+                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle };
                     return None;
                 }
                 let before = self.decision;
-                self.sample(now, counters, rtt_s, drain_wait_s, false);
+                self.sample(now, counters, rtt_s, (drain_wait_s, connect_wait_s), false);
                 self.state = State::Starting { at: now };
                 (self.decision != before).then_some(self.decision)
             }
@@ -298,17 +509,30 @@ impl Controller {
     /// Records the partial last interval (not a tuning input) when the
     /// driver stops at `now`.
     pub fn finish(&mut self, now: Instant, counters: &Counters) {
-        let (rtt_s, drain_wait_s) = match self.state {
-            State::Starting { .. } => (counters.max_rtt_s(), 0.0),
-            State::Draining { began, rtt_s, .. } => {
-                (rtt_s, now.saturating_duration_since(began).as_secs_f64())
+        let (rtt_s, waits) = match &self.state {
+            State::Starting { .. } => (counters.max_rtt_s(), (0.0, 0.0)),
+            State::Connecting { began, rtt_s, .. } => {
+                (*rtt_s, (0.0, now.saturating_duration_since(*began).as_secs_f64()))
             }
-            State::Measuring { rtt_s, drain_wait_s, .. } => (rtt_s, drain_wait_s),
+            State::Draining { began, rtt_s, .. } => {
+                (*rtt_s, (now.saturating_duration_since(*began).as_secs_f64(), 0.0))
+            }
+            State::Measuring { rtt_s, drain_wait_s, connect_wait_s, .. } => {
+                (*rtt_s, (*drain_wait_s, *connect_wait_s))
+            }
         };
+        self.trace(now, counters);
         if now > self.last_t {
-            self.sample(now, counters, rtt_s, drain_wait_s, true);
+            self.sample(now, counters, rtt_s, waits, true);
         }
-        self.state = State::Measuring { began: now, end: now, rtt_s, drain_wait_s: 0.0 };
+        self.state = State::Measuring {
+            began: now,
+            end: now,
+            rtt_s,
+            drain_wait_s: 0.0,
+            connect_wait_s: 0.0,
+            settle: None,
+        };
     }
 
     /// Every interval measured so far.
@@ -319,6 +543,23 @@ impl Controller {
     /// Demand against capacity, one entry per interval (as [`samples`](Self::samples)).
     pub fn demand(&self) -> &[DemandSample] {
         &self.demand
+    }
+
+    /// Bytes moved over time, one point per call (at least
+    /// [`PROGRESS_SPACING_S`] apart).
+    pub fn progress(&self) -> &[ProgressPoint] {
+        &self.progress
+    }
+
+    /// How fast the run reached the path so far ([`Timing`]).
+    pub fn timing(&self) -> Timing {
+        let final_n_since = self.tuner.as_ref().map(|_| self.last_change_s.unwrap_or(0.0));
+        timing::timing(&self.samples, &self.progress, final_n_since, self.path_rtt_s)
+    }
+
+    /// The path was small at the start (see [`ControllerConfig::small_path`]).
+    pub fn small_path(&self) -> bool {
+        self.small_path
     }
 
     /// The tuner's record so far (`None` with a fixed N).
@@ -336,8 +577,27 @@ impl Controller {
         self.limits
     }
 
-    /// Starts the next interval at `now`: its length, and a drain wait
-    /// first if N just decreased.
+    /// Adds a progress point at `now` (replacing the last one if it is
+    /// closer than the spacing).
+    fn trace(&mut self, now: Instant, counters: &Counters) {
+        let t_s = now.saturating_duration_since(self.start).as_secs_f64();
+        let point = match counters.transport_bytes() {
+            Some(bytes) => ProgressPoint { t_s, bytes, from_tcp: true },
+            None => ProgressPoint { t_s, bytes: counters.completed_bytes, from_tcp: false },
+        };
+        if self.path_rtt_s == 0.0 {
+            self.path_rtt_s = counters.min_rtt_s();
+        }
+        let n = self.progress.len();
+        if n >= 2 && t_s - self.progress[n - 2].t_s < timing::PROGRESS_SPACING_S {
+            self.progress[n - 1] = point;
+        } else {
+            self.progress.push(point);
+        }
+    }
+
+    /// Starts the next interval at `now`: its length, and a drain or
+    /// connect wait first after a change of N.
     fn begin_interval(&mut self, now: Instant, counters: &Counters) {
         let rtt_s = counters.max_rtt_s();
         let warmup = self.tuner.as_ref().is_some_and(Tuner::next_is_warmup);
@@ -363,25 +623,65 @@ impl Controller {
             }
         }
         .max(MIN_INTERVAL);
+        let missing = counters.active_open() < self.decision.active;
+        // Sessions are opened in the background once the decision is
+        // applied, so `connecting` may still read 0 here: the first look
+        // comes after one poll.
         self.state = if warmup && self.decreased {
             State::Draining { began: now, next_poll: now, rtt_s, length }
+        } else if warmup && missing && self.config.connect_wait_max > Duration::ZERO && self.has_pools {
+            State::Connecting { began: now, next_poll: now + DRAIN_POLL, rtt_s, length }
         } else {
-            State::Measuring { began: now, end: now + length, rtt_s, drain_wait_s: 0.0 }
+            self.measuring(now, counters, rtt_s, length, 0.0, 0.0)
         };
     }
 
+    /// A measured interval of `length` from `now`; after an increase (or
+    /// at the start), with TCP counters and settling on, one that settles.
+    fn measuring(
+        &self,
+        now: Instant,
+        counters: &Counters,
+        rtt_s: f64,
+        length: Duration,
+        drain_wait_s: f64,
+        connect_wait_s: f64,
+    ) -> State {
+        let warmup = self.tuner.as_ref().is_some_and(Tuner::next_is_warmup);
+        // Slow start on a small path is over in a blink: nothing to settle.
+        let settle_max =
+            self.config.settle_max.min(Duration::from_secs_f64(SETTLE_RTTS_MAX * rtt_s).max(SETTLE_MIN));
+        let settle = (warmup && !self.decreased && !self.small_path && settle_max > Duration::ZERO)
+            .then(|| counters.transport_bytes())
+            .flatten()
+            .map(|bytes| {
+                let sub = Duration::from_secs_f64(SETTLE_RTTS * rtt_s).max(SETTLE_WINDOW_MIN);
+                Settle {
+                    marks: vec![(now, bytes)],
+                    sub,
+                    min_end: now + length,
+                    max_end: now + length.max(settle_max),
+                }
+            });
+        let end = match &settle {
+            Some(st) => st.next(now),
+            None => now + length,
+        };
+        State::Measuring { began: now, end, rtt_s, drain_wait_s, connect_wait_s, settle }
+    }
+
     /// When goodput comes from completed requests and an automatic interval
-    /// has not yet seen each session complete a few requests: the later
-    /// end it needs (at most the longest interval after `began`).
+    /// has not yet seen each session complete a few requests (and
+    /// [`COMPLETIONS_MIN`] in all): the later end it needs (at most the
+    /// longest interval after `began`).
     fn longer_for_completions(&self, now: Instant, began: Instant, counters: &Counters) -> Option<Instant> {
         let IntervalChoice::Auto(policy) = self.config.interval else { return None };
         if counters.tcp_complete() || !self.has_pools {
             return None;
         }
         let longest = began + Duration::from_secs_f64(policy.max_interval_s.max(0.0));
-        let want = policy.requests_per_session
-            * self.decision.active as f64
-            * f64::from(self.decision.request_bytes);
+        let requests = (policy.requests_per_session * self.decision.active as f64).max(COMPLETIONS_MIN);
+        let want = requests * f64::from(self.decision.request_bytes);
         let got = counters.completed_bytes.saturating_sub(self.last_completed) as f64;
         if now >= longest || want.is_nan() || want <= got {
             return None;
@@ -390,63 +690,6 @@ impl Controller {
         let more = if got > 0.0 { elapsed * (want / got - 1.0) } else { policy.min_interval_s };
         let more = Duration::from_secs_f64(more.clamp(MIN_INTERVAL.as_secs_f64(), 3600.0));
         Some((now + more).min(longest))
-    }
-
-    /// Closes the interval ending at `now`: records its sample and, unless
-    /// `last`, lets the tuner decide on it.
-    fn sample(&mut self, now: Instant, counters: &Counters, rtt_s: f64, drain_wait_s: f64, last: bool) {
-        let dt = now.saturating_duration_since(self.last_t).as_secs_f64();
-        let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
-        let completed_rate = rate(counters.completed_bytes.saturating_sub(self.last_completed));
-        let transport = self.meter.delta(counters);
-        // A copy between two pools runs at the pace of the slower one.
-        let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
-        let goodput = transport_rate.unwrap_or(completed_rate);
-        let n = self.decision.active;
-        let mut sample = IntervalSample {
-            t_s: now.saturating_duration_since(self.start).as_secs_f64(),
-            n,
-            goodput_mbps: goodput * 8.0 / 1e6,
-            completed_mbps: completed_rate * 8.0 / 1e6,
-            from_tcp: transport_rate.is_some(),
-            fairness: transport.as_ref().and_then(|t| t.fairness),
-            retransmits: transport.as_ref().map_or(0, |t| t.retransmits),
-            duration_s: dt,
-            rtt_ms: rtt_s * 1e3,
-            discarded: last,
-            drain_wait_s,
-            request_bytes: 0,
-            depth: 0,
-        };
-        self.last_t = now;
-        self.last_completed = counters.completed_bytes;
-        let slots_busy = self.slots_busy(counters, dt);
-        let demand_limited = slots_busy.is_some_and(|b| b < self.config.demand_limited);
-        self.demand.push(DemandSample { t_s: sample.t_s, slots_busy, demand_limited });
-        if !last && demand_limited && self.tuner.is_some() {
-            // Low demand, not a bad N: keep N and wait for real load.
-            sample.discarded = true;
-        } else if !last {
-            self.last_goodput = goodput;
-            if goodput.is_finite() {
-                self.best_goodput = self.best_goodput.max(goodput);
-            }
-            if let Some(t) = self.tuner.as_mut() {
-                if let Some(cap) = self.config.rate_cap_bytes_per_s {
-                    let at_cap = goodput.is_finite() && goodput >= cap * AT_RATE_CAP;
-                    t.set_ceiling(at_cap.then_some(n));
-                }
-                let step = t.observe(Sample { n, goodput_bytes_per_s: goodput, duration_s: dt });
-                sample.discarded = step.discarded();
-                if step.next_n != n {
-                    self.decreased = step.next_n < n;
-                    self.decision.active = step.next_n;
-                }
-            }
-            self.size_requests(rtt_s);
-        }
-        (sample.request_bytes, sample.depth) = self.shape();
-        self.samples.push(sample);
     }
 
     /// Share of the last `dt` seconds the request slots of the active
@@ -466,10 +709,78 @@ impl Controller {
         busy
     }
 
+    /// Closes the interval ending at `now`: records its sample and, unless
+    /// `last`, lets the tuner decide on it.
+    fn sample(&mut self, now: Instant, counters: &Counters, rtt_s: f64, waits: (f64, f64), last: bool) {
+        let dt = now.saturating_duration_since(self.last_t).as_secs_f64();
+        let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
+        let completed_rate = rate(counters.completed_bytes.saturating_sub(self.last_completed));
+        let transport = self.meter.delta(counters);
+        // A copy between two pools runs at the pace of the slower one.
+        let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
+        let goodput = transport_rate.unwrap_or(completed_rate);
+        let busy = self.slots_busy(counters, dt);
+        let demand_limited = self.tuner.is_some() && busy.is_some_and(|b| b < self.config.demand_limited);
+        // At the user's rate cap more sessions cannot help: a full path.
+        let capped = self
+            .config
+            .rate_cap_bytes_per_s
+            .is_some_and(|cap| goodput.is_finite() && goodput >= cap * AT_RATE_CAP);
+        let standing_queue = if capped { Some(true) } else { counters.standing_queue() };
+        let n = self.decision.active;
+        let mut sample = IntervalSample {
+            t_s: now.saturating_duration_since(self.start).as_secs_f64(),
+            n,
+            goodput_mbps: goodput * 8.0 / 1e6,
+            completed_mbps: completed_rate * 8.0 / 1e6,
+            from_tcp: transport_rate.is_some(),
+            fairness: transport.as_ref().and_then(|t| t.fairness),
+            retransmits: transport.as_ref().map_or(0, |t| t.retransmits),
+            duration_s: dt,
+            rtt_ms: rtt_s * 1e3,
+            discarded: last || demand_limited,
+            drain_wait_s: waits.0,
+            connect_wait_s: waits.1,
+            busy,
+            demand_limited,
+            standing_queue,
+            request_bytes: 0,
+            depth: 0,
+        };
+        self.last_t = now;
+        self.last_completed = counters.completed_bytes;
+        if !last && !demand_limited {
+            self.last_goodput = goodput;
+            if goodput.is_finite() {
+                self.best_goodput = self.best_goodput.max(goodput);
+            }
+            let signals = if self.config.signals { Signals { standing_queue } } else { Signals::default() };
+            if let Some(t) = self.tuner.as_mut() {
+                if self.config.rate_cap_bytes_per_s.is_some() {
+                    t.set_ceiling(capped.then_some(n));
+                }
+                let step =
+                    t.observe_with(Sample { n, goodput_bytes_per_s: goodput, duration_s: dt }, signals);
+                sample.discarded = step.discarded();
+                if step.next_n != n {
+                    self.decreased = step.next_n < n;
+                    self.decision.active = step.next_n;
+                    self.last_change_s = Some(sample.t_s);
+                }
+            }
+            self.size_requests(rtt_s);
+            self.open_spares();
+        }
+        (sample.request_bytes, sample.depth) = self.shape();
+        self.demand.push(DemandSample { t_s: sample.t_s, slots_busy: busy, demand_limited });
+        self.samples.push(sample);
+    }
+
     /// Sets the request size and depth of the decision for its N.
     fn size_requests(&mut self, rtt_s: f64) {
         let (request_bytes, depth) = if self.config.size_requests && self.tuner.is_some() {
-            plan::fit(&self.limits, self.best_goodput, rtt_s, self.decision.active)
+            let floor = if self.small_path { SMALL_PATH_IN_FLIGHT_FLOOR } else { IN_FLIGHT_FLOOR };
+            plan::fit(&self.limits, self.best_goodput, rtt_s, self.decision.active, floor)
         } else {
             (self.limits.max_request_bytes, self.limits.max_depth)
         };
@@ -477,11 +788,32 @@ impl Controller {
         self.decision.depth = depth;
     }
 
+    /// Sets the sessions to keep open: the active ones, and with warm
+    /// spares the N the search moves to next if it climbs (never fewer
+    /// than already asked: sessions stay open once opened).
+    fn open_spares(&mut self) {
+        // On a small path a handshake costs next to nothing.
+        let next = self
+            .tuner
+            .as_ref()
+            .filter(|_| self.config.warm_spares && !self.small_path)
+            .and_then(Tuner::next_if_better)
+            .unwrap_or(0);
+        self.decision.open =
+            self.decision.open.max(self.decision.active).max(next).min(self.limits.max_sessions.max(1));
+    }
+
     /// Request size and depth as a sample records them (0 without pools).
     fn shape(&self) -> (u32, usize) {
         if self.has_pools { (self.decision.request_bytes, self.decision.depth) } else { (0, 0) }
     }
 }
+
+/// Without TCP counters an automatic interval lasts until at least this
+/// many requests have completed in all (and the policy's number per
+/// session), so that counting whole requests errs by a few percent, not
+/// by the tolerance the tuner compares with.
+pub const COMPLETIONS_MIN: f64 = 32.0;
 
 #[cfg(test)]
 mod tests {
@@ -492,7 +824,7 @@ mod tests {
             PoolLimits { max_sessions, max_request_bytes: 1 << 20, request_align: 512, max_depth: 4 };
         Counters {
             completed_bytes: 0,
-            pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None }],
+            pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None, connecting: 0 }],
         }
     }
 
@@ -504,7 +836,7 @@ mod tests {
         assert_eq!(c.decision().active, 4);
         assert_eq!(c.tuner().unwrap().config().n_max, 4);
         let c = Controller::new(ControllerConfig::new(Parallelism::Fixed(10)), &pools(3), now).unwrap();
-        assert_eq!(c.decision(), Decision { active: 3, request_bytes: 1 << 20, depth: 4 });
+        assert_eq!(c.decision(), Decision { active: 3, open: 3, request_bytes: 1 << 20, depth: 4 });
         let c = Controller::new(ControllerConfig::new(Parallelism::Fixed(0)), &pools(3), now).unwrap();
         assert_eq!(c.decision().active, 1);
         let bad = Parallelism::Tuned(TunerConfig { alpha: 0.5, ..TunerConfig::default() });

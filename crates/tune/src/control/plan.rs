@@ -6,6 +6,12 @@ use super::counters::PoolLimits;
 /// Bytes in flight over all sessions that [`request_plan`] always allows.
 pub const IN_FLIGHT_FLOOR: u64 = 64 << 20;
 
+/// The floor on a small path (RTT below a millisecond, or a Unix socket):
+/// a bandwidth-delay product there is at most a megabyte or two, and
+/// smaller requests let goodput counted from completed requests be
+/// measured finely.
+pub const SMALL_PATH_IN_FLIGHT_FLOOR: u64 = 8 << 20;
+
 /// Smallest bytes per request [`request_plan`] chooses (libnbd's nbdcopy
 /// uses this size by default).
 pub const MIN_REQUEST_BYTES: u32 = 256 << 10;
@@ -32,8 +38,21 @@ pub fn request_plan(
     max_request_bytes: u32,
     max_depth: usize,
 ) -> (u32, usize) {
+    request_plan_with_floor(goodput, rtt_s, n, max_request_bytes, max_depth, IN_FLIGHT_FLOOR)
+}
+
+/// [`request_plan`] with another floor on the bytes in flight.
+#[must_use]
+pub fn request_plan_with_floor(
+    goodput: f64,
+    rtt_s: f64,
+    n: usize,
+    max_request_bytes: u32,
+    max_depth: usize,
+    floor: u64,
+) -> (u32, usize) {
     let measured = if goodput.is_finite() && rtt_s.is_finite() { 2.0 * goodput * rtt_s } else { 0.0 };
-    let total = measured.max(IN_FLIGHT_FLOOR as f64);
+    let total = measured.max(floor as f64);
     let per = total / n.max(1) as f64;
     let max_request = max_request_bytes.max(1);
     let request_bytes = if per / 2.0 >= f64::from(max_request) {
@@ -49,8 +68,9 @@ pub fn request_plan(
 /// [`request_plan`] within what the pools accept: the request size rounded
 /// down to their block size (a request that shrinks gets a deeper queue,
 /// the same bytes in flight).
-pub(crate) fn fit(limits: &PoolLimits, goodput: f64, rtt_s: f64, n: usize) -> (u32, usize) {
-    let (planned, depth) = request_plan(goodput, rtt_s, n, limits.max_request_bytes, limits.max_depth);
+pub(crate) fn fit(limits: &PoolLimits, goodput: f64, rtt_s: f64, n: usize, floor: u64) -> (u32, usize) {
+    let (planned, depth) =
+        request_plan_with_floor(goodput, rtt_s, n, limits.max_request_bytes, limits.max_depth, floor);
     let align = limits.request_align.max(1);
     let rounded = planned - planned % align;
     if rounded == planned {
@@ -96,9 +116,14 @@ mod tests {
         // 2 MiB planned is below the 3 MiB block: one block per request,
         // with depth scaled down.
         assert_eq!(request_plan(f64::NAN, 0.0, 16, 3 << 20, 8), (2 << 20, 3));
-        assert_eq!(fit(&limits, f64::NAN, 0.0, 16), (3 << 20, 3));
+        assert_eq!(fit(&limits, f64::NAN, 0.0, 16, IN_FLIGHT_FLOOR), (3 << 20, 3));
         let plain = PoolLimits { request_align: 512, ..limits };
-        assert_eq!(fit(&plain, f64::NAN, 0.0, 16), request_plan(f64::NAN, 0.0, 16, 3 << 20, 8));
+        assert_eq!(
+            fit(&plain, f64::NAN, 0.0, 16, IN_FLIGHT_FLOOR),
+            request_plan(f64::NAN, 0.0, 16, 3 << 20, 8)
+        );
+        // A small path keeps 8 MiB in flight: 1 MiB requests for 4 sessions.
+        assert_eq!(fit(&plain, f64::NAN, 0.0, 4, SMALL_PATH_IN_FLIGHT_FLOOR), (1 << 20, 3));
     }
 
     proptest::proptest! {
@@ -113,7 +138,7 @@ mod tests {
         fn a_fitted_plan_is_aligned(g in 0.0f64..1e12, rtt in 0.0f64..10.0, n in 1usize..1024, blocks in 1u32..2048, align_pow in 0u32..13, depth in 1usize..64) {
             let align = 1u32 << align_pow;
             let limits = PoolLimits { max_sessions: 64, max_request_bytes: blocks * align, request_align: align, max_depth: depth };
-            let (bytes, slots) = fit(&limits, g, rtt, n);
+            let (bytes, slots) = fit(&limits, g, rtt, n, IN_FLIGHT_FLOOR);
             proptest::prop_assert!(bytes % align == 0 && bytes <= limits.max_request_bytes && bytes > 0);
             proptest::prop_assert!(slots >= 1 && slots <= depth);
         }

@@ -37,6 +37,26 @@ pub struct IntervalSample {
     /// Seconds spent, before this interval, waiting for sessions the tuner
     /// deactivated to finish their requests (0 when N did not decrease).
     pub drain_wait_s: f64,
+    /// Seconds of this interval spent waiting for new sessions to connect
+    /// (handshake and login) before slow start could begin (0 when none
+    /// were missing).
+    pub connect_wait_s: f64,
+    /// Share of the interval the active sessions' request slots were busy
+    /// (1 - slot time spent waiting for work / (sessions x depth x
+    /// interval), the busiest pool); `None` when the pools do not measure
+    /// it. Near 1 the path (capacity) limited goodput; well below 1 the
+    /// application's demand did.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub busy: Option<f64>,
+    /// The sessions lacked work for much of the interval
+    /// ([`busy`](Self::busy) below [`ControllerConfig::demand_limited`](crate::ControllerConfig)):
+    /// goodput measured the application's demand, not the path, and the
+    /// tuner was not given the sample.
+    pub demand_limited: bool,
+    /// The active sessions' RTT stood above its minimum at the end of the
+    /// interval (a full path), as given to the tuner; `None` when unknown.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub standing_queue: Option<bool>,
     /// Bytes per request on the wire at the end of the interval.
     pub request_bytes: u32,
     /// Requests in flight per session allowed at the end of the interval.

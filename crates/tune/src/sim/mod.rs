@@ -17,7 +17,9 @@ mod sessions;
 pub use sessions::SessionSim;
 
 use crate::config::{ConfigError, TunerConfig};
+use crate::control::{QUEUE_MIN, QUEUE_SHARE};
 use crate::interval::{INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
+use crate::model::Signals;
 use crate::tuner::{Sample, Step, Tuner};
 
 /// SplitMix64 (Steele, Lea and Flood): a tiny, fast, seeded generator,
@@ -69,6 +71,11 @@ pub trait PathModel {
     /// How long a newly started session needs before it delivers, seconds.
     fn slow_start_s(&self, _n: usize) -> f64 {
         0.0
+    }
+    /// Whether `n` sessions keep a standing queue, as the controller would
+    /// tell from their RTT ([`Signals`]); `None` if the model cannot say.
+    fn standing_queue(&self, _n: usize) -> Option<bool> {
+        None
     }
 }
 
@@ -173,6 +180,13 @@ impl PathModel for FlowModel {
     fn slow_start_s(&self, n: usize) -> f64 {
         let target = self.window_bytes.min(self.bdp() / n.max(1) as f64);
         self.rtt_s * (target / INITIAL_WINDOW_BYTES).max(1.0).log2()
+    }
+
+    /// The controller's rule ([`Counters::standing_queue`](crate::Counters::standing_queue))
+    /// on the model's RTT.
+    fn standing_queue(&self, n: usize) -> Option<bool> {
+        let queue = self.rtt_with(n) - self.rtt_s;
+        Some(queue > (QUEUE_SHARE * self.rtt_s).max(QUEUE_MIN.as_secs_f64()))
     }
 }
 
@@ -318,7 +332,8 @@ impl Bench {
         if self.cfg.noise > 0.0 {
             g = (g * (1.0 + self.cfg.noise * self.rng.next_normal())).max(0.0);
         }
-        let step = self.tuner.observe(Sample { n, goodput_bytes_per_s: g, duration_s });
+        let signals = Signals { standing_queue: model.standing_queue(n) };
+        let step = self.tuner.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s }, signals);
         self.last_measured = g;
         self.elapsed_s += duration_s;
         self.since_change_s += duration_s;

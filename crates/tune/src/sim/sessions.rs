@@ -12,6 +12,15 @@
 //! deactivates finishes the requests it took (it drains), then idles.
 //! Bytes count as TCP progress as they move and as completed bytes when a
 //! whole request is done, so both figures the controller may use are there.
+//!
+//! Optionally a new session takes a few round trips to connect (handshake
+//! and login) before it shows up in the counters and carries data; the
+//! sessions a decision asks to keep open ([`Decision::open`]) start
+//! connecting at once. Optionally the application asks for only so many
+//! bytes per second (demand), so request slots run out of work. And optionally
+//! random loss limits each connection's window: slow start overshoots to a
+//! multiple of that window before the first loss, then the window shrinks
+//! by 0.7 every round trip down to it (cubic under random loss, roughly).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -26,6 +35,10 @@ const IDLE_RESTART_S: f64 = 0.2;
 
 #[derive(Debug, Clone, Default)]
 struct Session {
+    /// Simulated seconds at which the connection is up.
+    ready_at: f64,
+    /// The first loss happened since the last (re)start of slow start.
+    lost: bool,
     active: bool,
     window: f64,
     delivered: f64,
@@ -53,6 +66,11 @@ pub struct SessionSim {
     asked: f64,
     /// Idle time of the active sessions' request slots, summed, seconds.
     idle_slot_s: f64,
+    /// Round trips a new session needs to connect.
+    connect_rtts: f64,
+    /// Random loss: (the loss-limited window, bytes; how far slow start
+    /// overshoots it before the first loss).
+    loss: Option<(f64, f64)>,
 }
 
 impl SessionSim {
@@ -71,6 +89,7 @@ impl SessionSim {
             sessions: Vec::new(),
             decision: Decision {
                 active: 0,
+                open: 0,
                 request_bytes: limits.max_request_bytes,
                 depth: limits.max_depth,
             },
@@ -78,6 +97,8 @@ impl SessionSim {
             demand: None,
             asked: 0.0,
             idle_slot_s: 0.0,
+            connect_rtts: 0.0,
+            loss: None,
         }
     }
 
@@ -99,6 +120,20 @@ impl SessionSim {
             }
             Some(_) => false,
         }
+    }
+
+    /// Random loss holds each connection's window to `window` bytes; slow
+    /// start overshoots to `overshoot` times that before its first loss.
+    pub fn with_loss_window(mut self, window: f64, overshoot: f64) -> Self {
+        self.loss = Some((window, overshoot));
+        self
+    }
+
+    /// A new session needs `rtts` round trips (at the path's base RTT) to
+    /// connect before it carries data (e.g. 3 for TCP and NBD's handshake).
+    pub fn with_connect_rtts(mut self, rtts: f64) -> Self {
+        self.connect_rtts = rtts;
+        self
     }
 
     /// Each session carries at most `bytes_per_s` (e.g. nbdkit's
@@ -135,25 +170,44 @@ impl SessionSim {
         self.elapsed.as_secs_f64()
     }
 
-    /// Applies a decision: the first `active` sessions take requests (new
-    /// ones open in slow start), the others finish what they took.
+    /// Applies a decision: `max(active, open)` sessions are opened (new
+    /// ones connect first, then start in slow start), the first `active`
+    /// open ones take requests, the others finish what they took.
     pub fn apply(&mut self, d: Decision) {
         self.decision = d;
-        while self.sessions.len() < d.active {
-            self.sessions.push(Session { window: INITIAL_WINDOW_BYTES, ..Session::default() });
+        let ready_at = self.elapsed_s() + self.connect_rtts * self.path.rtt_s;
+        while self.sessions.len() < d.active.max(d.open) {
+            self.sessions.push(Session { ready_at, window: INITIAL_WINDOW_BYTES, ..Session::default() });
         }
-        for (i, s) in self.sessions.iter_mut().enumerate() {
-            s.active = i < d.active;
+        self.assign();
+    }
+
+    /// The first `active` connected sessions are active (as the pool does).
+    fn assign(&mut self) {
+        let now = self.elapsed_s();
+        let mut n = 0;
+        for s in &mut self.sessions {
+            let up = s.ready_at <= now;
+            s.active = up && n < self.decision.active;
+            n += usize::from(up);
         }
+    }
+
+    /// Sessions connected so far.
+    pub fn connected(&self) -> usize {
+        let now = self.elapsed_s();
+        self.sessions.iter().filter(|s| s.ready_at <= now).count()
     }
 
     /// The counters a pool would report now.
     pub fn counters(&self) -> Counters {
         let rtt = self.rtt(self.sending().map(|(_, s)| s.window).sum());
+        let now = self.elapsed_s();
         let sessions = self
             .sessions
             .iter()
             .enumerate()
+            .filter(|(_, s)| s.ready_at <= now)
             .map(|(index, s)| SessionCounters {
                 index,
                 active: s.active,
@@ -164,6 +218,7 @@ impl SessionSim {
                     rtt_us: (rtt * 1e6) as u32,
                     cwnd_bytes: s.window as u64,
                     rcv_space: 0,
+                    min_rtt_us: (self.path.rtt_s * 1e6) as u32,
                 }),
             })
             .collect();
@@ -173,6 +228,7 @@ impl SessionSim {
                 limits: self.limits,
                 sessions,
                 idle_slot_us: Some((self.idle_slot_s * 1e6) as u64),
+                connecting: self.sessions.len() - self.connected(),
             }],
         }
     }
@@ -180,7 +236,8 @@ impl SessionSim {
     /// Goodput with `n` sessions at their full window, bytes per second:
     /// what a fixed N reaches once slow start is over.
     pub fn steady_goodput(&self, n: usize) -> f64 {
-        let windows = vec![self.path.window_bytes; n];
+        let w = self.loss.map_or(self.path.window_bytes, |(lw, _)| lw.min(self.path.window_bytes));
+        let windows = vec![w; n];
         self.rates(&windows).iter().sum()
     }
 
@@ -247,6 +304,9 @@ impl SessionSim {
 
     fn tick(&mut self, dt: f64) {
         let d = self.decision;
+        if self.sessions.iter().any(|s| !s.active && s.ready_at <= self.elapsed_s() && s.ready_at > 0.0) {
+            self.assign();
+        }
         if let Some(rate) = self.demand {
             let most = (d.active * d.depth.max(1)) as f64 * f64::from(d.request_bytes);
             self.asked = (self.asked + rate * dt).min(most);
@@ -258,6 +318,7 @@ impl SessionSim {
                 {
                     if s.requests.is_empty() && s.idle_s > IDLE_RESTART_S {
                         s.window = INITIAL_WINDOW_BYTES;
+                        s.lost = false;
                     }
                     s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
                 }
@@ -289,7 +350,16 @@ impl SessionSim {
                     }
                 }
             }
-            s.window = (s.window * (dt / rtt).exp2()).min(limit);
+            s.window = match self.loss {
+                Some((lw, _)) if s.lost => (s.window * 0.7f64.powf(dt / rtt)).max(lw),
+                Some((lw, overshoot)) => {
+                    let w = s.window * (dt / rtt).exp2();
+                    s.lost = w >= lw * overshoot;
+                    w
+                }
+                None => s.window * (dt / rtt).exp2(),
+            }
+            .min(limit);
         }
         for s in &mut self.sessions {
             if s.requests.is_empty() {
@@ -325,7 +395,7 @@ mod tests {
         let path = FlowModel::new(1000.0, 100.0, 1_048_576.0);
         let t0 = Instant::now();
         let mut sim = SessionSim::new(path, limits(), t0);
-        sim.apply(Decision { active: 4, request_bytes: 1 << 20, depth: 4 });
+        sim.apply(Decision { active: 4, open: 0, request_bytes: 1 << 20, depth: 4 });
         sim.advance_to(t0 + Duration::from_millis(200));
         let early = sim.counters().pools[0].sessions[0].tcp.unwrap();
         assert!(early.cwnd_bytes < 100_000, "{early:?}");
@@ -344,9 +414,9 @@ mod tests {
         let path = FlowModel::new(1000.0, 20.0, 524_288.0);
         let t0 = Instant::now();
         let mut sim = SessionSim::new(path, limits(), t0);
-        sim.apply(Decision { active: 2, request_bytes: 4 << 20, depth: 4 });
+        sim.apply(Decision { active: 2, open: 0, request_bytes: 4 << 20, depth: 4 });
         sim.advance_to(t0 + Duration::from_secs(1));
-        sim.apply(Decision { active: 1, request_bytes: 4 << 20, depth: 4 });
+        sim.apply(Decision { active: 1, open: 0, request_bytes: 4 << 20, depth: 4 });
         assert_eq!(sim.counters().draining(), 1);
         sim.advance_to(t0 + Duration::from_secs(3));
         let c = sim.counters();
@@ -370,7 +440,7 @@ mod tests {
         assert!((sim.steady_goodput(4) - 50e6).abs() < 1.0);
         assert!((sim.steady_goodput(8) - 50e6).abs() < 1.0);
         assert_eq!(sim.best_fixed(64).0, 4);
-        sim.apply(Decision { active: 4, request_bytes: 4 << 20, depth: 4 });
+        sim.apply(Decision { active: 4, open: 0, request_bytes: 4 << 20, depth: 4 });
         sim.advance_to(t0 + Duration::from_secs(10));
         let c = sim.counters();
         assert!(c.pools[0].sessions.iter().all(|s| s.tcp.is_none()));

@@ -79,6 +79,24 @@ fn parse_param(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A refinement of `--connections auto` that `--tuner-off` turns off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TunerFeature {
+    /// Steps of 4x while the path has room, and a search for the knee led
+    /// by the path's model.
+    Model,
+    /// Open the sessions the search may want next ahead of need.
+    Spares,
+    /// Measure a new N only once its sessions are connected and goodput is
+    /// steady.
+    Settle,
+    /// Start at 1-2 sessions on a path under 1 ms or a Unix socket.
+    SmallPath,
+    /// Tell the tuner when the path is full (the RTT stands above its
+    /// minimum).
+    Signals,
+}
+
 /// iSCSI parallelism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum IscsiMode {
@@ -131,11 +149,11 @@ impl ClientTlsArgs {
 /// Session and tuning options (flattened into commands).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SessionArgs {
-    /// Parallel sessions per network store: a number, or `auto` for
-    /// automatic parallelism tuning while running: N grows while measured
-    /// goodput grows (multiplying it), then a golden-section search finds
-    /// the best N between the last two steps; on a plateau, the fewest
-    /// sessions that reach it; tuned again when the path changes.
+    /// Parallel sessions per network store: a number, or `auto` to tune N
+    /// while copying (automatic parallelism tuning: a search on measured
+    /// goodput that steps up quickly while the path has room, then looks
+    /// for the fewest sessions that fill it; re-tuning when the path
+    /// changes).
     #[arg(short = 'C', long, default_value = "auto", value_parser = parse_connections)]
     pub(crate) connections: Connections,
 
@@ -151,22 +169,36 @@ pub(crate) struct SessionArgs {
     /// Goodput measurement interval: a duration (`500ms`, `2s`) or `auto`.
     /// `auto` takes T = clamp(5 x RTT, 0.25 s, 3 s), with RTT the largest
     /// smoothed RTT of the active sessions from TCP_INFO. The interval after
-    /// N changes is a warm-up, discarded: after an increase the new sessions
-    /// are in slow start, so it lasts RTT x (1 + log2(W / 14600)) for the
-    /// largest window W any session has reached; after a decrease it lasts
-    /// until the deactivated sessions have finished the requests they took
-    /// (at most 3 s), then 2 x RTT for the queue to drain. Goodput is
-    /// counted from the bytes TCP delivered or had acknowledged on every
-    /// session; over Unix sockets from completed requests, and then `auto`
-    /// lasts until each session has completed about 4 requests (at most 3 s).
+    /// N changes is a warm-up, discarded: after an increase it starts once
+    /// the new sessions are connected (at most 5 s) and lasts at least
+    /// RTT x (1 + log2(W / 14600)) for the largest window W any session has
+    /// reached (slow start), then until goodput over three consecutive
+    /// spans of 2 x RTT agrees within 10 % (at most 4 s: slow start over
+    /// and the first losses taken); after a decrease it lasts until the deactivated
+    /// sessions have finished the requests they took (at most 3 s), then
+    /// 2 x RTT for the queue to drain. Goodput is counted from the bytes
+    /// TCP delivered or had acknowledged on every session; over Unix
+    /// sockets from completed requests, and then `auto` lasts until each
+    /// session has completed about 4 requests (at most 3 s).
     #[arg(long, default_value = "auto", value_parser = parse_interval)]
     pub(crate) interval: IntervalArg,
 
-    /// Use the published tuning algorithm exactly as described (strict
-    /// comparisons, one sample per point, no warm-up discard, no re-tuning),
-    /// for comparisons.
+    /// Reproduce the paper's tuner exactly (strict comparisons, one sample
+    /// per point, no warm-up discard, no re-tuning, none of the
+    /// refinements of `--tuner-off`, no request sizing).
     #[arg(long)]
     pub(crate) paper_tuner: bool,
+
+    /// Turn off refinements of `--connections auto` (comma-separated; all
+    /// are on by default): `model` (steps of 4x while the path has room,
+    /// and a knee search led by the path's model), `spares` (open the
+    /// sessions the search may want next ahead of need), `settle` (measure
+    /// a new N only once its sessions are connected and goodput is
+    /// steady), `small-path` (start at 1-2 sessions on a path under 1 ms
+    /// or a Unix socket), `signals` (tell the tuner the path is full when
+    /// the RTT stands above its minimum).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub(crate) tuner_off: Vec<TunerFeature>,
 
     /// Keep `--requests` x `--request-size` in flight on every session even
     /// with `auto`. By default `auto` keeps max(2 x goodput x RTT, 64 MiB)
@@ -251,6 +283,11 @@ impl SessionArgs {
                     IntervalArg::Every(d) => IntervalChoice::Fixed(d),
                     IntervalArg::Auto => Tuning::default().interval,
                 },
+                model: !self.tuner_off.contains(&TunerFeature::Model),
+                spares: !self.tuner_off.contains(&TunerFeature::Spares),
+                settle: !self.tuner_off.contains(&TunerFeature::Settle),
+                small_path: !self.tuner_off.contains(&TunerFeature::SmallPath),
+                signals: !self.tuner_off.contains(&TunerFeature::Signals),
             },
             max_depth: self.requests as usize,
             max_request_bytes: self.request_size,

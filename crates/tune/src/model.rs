@@ -1,0 +1,112 @@
+//! The path model behind the model-informed search (ours; not in the
+//! paper): what a measured point says about the points not measured.
+//!
+//! Each session of a long-fat path carries at most its own cap `r` (its
+//! window over the round trip, a loss-limited rate, a server's
+//! per-connection limit), and all of them together at most the path's
+//! capacity `C`. So goodput rises with N along a ramp through the origin
+//! and flattens into a plateau at `C`:
+//!
+//! ```text
+//! G(N) ~ min(N r, C)          knee = ceil((1 - tolerance) C / r)
+//! ```
+//!
+//! Two facts follow, and the search uses them instead of probing:
+//!
+//! - **Jump while the path has room.** A point measured without a standing
+//!   queue (the sessions' RTT at its minimum, [`Signals::standing_queue`])
+//!   and with its sessions at their own cap is on the ramp: the path has
+//!   room, so the bracket search multiplies N by [`ModelConfig::jump`]
+//!   instead of alpha. Once a step that gained lands on a full path (a
+//!   standing queue), the knee lies between the last two points and the
+//!   bracket search ends there; and when it gained nothing on a full
+//!   path from a point that had room, that point is the knee's upper end
+//!   (no hump to look for between them).
+//! - **A lower bound on the knee.** Goodput per session does not grow
+//!   with N (G is concave through the origin), so from a point `lo` below
+//!   the plateau no N smaller than `ceil(threshold x lo / G(lo))` reaches
+//!   the plateau's threshold. And below a point measured on the ramp,
+//!   goodput is N times its per-session rate. The knee search probes that
+//!   bound first (and stops when it reaches the plateau's fewest known
+//!   sessions), falling back to bisection when the model misses twice;
+//!   the golden-section search never probes below the fewest sessions
+//!   that could beat its middle.
+//!
+//! The signals come from the controller (`TCP_INFO` of every session);
+//! without them (`None`) the model still bounds the knee from measured
+//! points but never trusts an unmeasured ramp.
+
+use serde::{Deserialize, Serialize};
+
+/// What the controller saw on the sessions during one interval, beyond
+/// goodput (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signals {
+    /// `Some(true)`: the active sessions' RTT stood clearly above its
+    /// minimum (a bottleneck queue was filling: the path was full);
+    /// `Some(false)`: it stayed at its minimum (the path had room);
+    /// `None`: unknown (no TCP counters, or a sub-millisecond path where
+    /// queueing delay cannot be told from host scheduling).
+    pub standing_queue: Option<bool>,
+}
+
+/// Parameters of the model-informed search (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// Factor of the bracket search's step while the path has room (at
+    /// least alpha; 4 reaches 64 sessions from 4 in two steps).
+    pub jump: f64,
+}
+
+impl Default for ModelConfig {
+    /// Steps of 4x.
+    fn default() -> Self {
+        ModelConfig { jump: 4.0 }
+    }
+}
+
+/// Per-session goodput at `g` over `n` sessions, if meaningful.
+fn per_session(n: usize, g: f64) -> Option<f64> {
+    (n > 0 && g.is_finite() && g > 0.0).then(|| g / n as f64)
+}
+
+/// `ceil(threshold / rate)` as a session count (saturating).
+fn sessions_for(threshold: f64, rate: f64) -> usize {
+    let k = (threshold / rate).ceil();
+    if k.is_finite() && k >= 0.0 { k.min(usize::MAX as f64 / 2.0) as usize } else { usize::MAX / 2 }
+}
+
+/// The fewest sessions that can reach `threshold`, by the model: from a
+/// point `lo` measured below the plateau (`lo_g`; concavity: G(N) <=
+/// N G(lo) / lo for N >= lo), and from the plateau's fewest known
+/// sessions `hi` when it was measured on the ramp (`hi_ramp`: G(N) =
+/// N G(hi) / hi below it). Never below `lo + 1`.
+pub(crate) fn knee_floor(
+    threshold: f64,
+    lo: usize,
+    lo_g: Option<f64>,
+    hi: usize,
+    hi_g: Option<f64>,
+) -> usize {
+    let from_lo = lo_g.and_then(|g| per_session(lo, g)).map_or(0, |r| sessions_for(threshold, r));
+    let from_hi = hi_g.and_then(|g| per_session(hi, g)).map_or(0, |r| sessions_for(threshold, r));
+    from_lo.max(from_hi).max(lo.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_is_a_lower_bound_on_a_ramp() {
+        // 60 per session, plateau 956: threshold 927 -> 16 sessions.
+        assert_eq!(knee_floor(927.0, 4, Some(240.0), 64, None), 16);
+        // The plateau's fewest sessions measured on the ramp.
+        assert_eq!(knee_floor(927.0, 0, None, 4, Some(936.0)), 4);
+        // Nothing known: just above lo.
+        assert_eq!(knee_floor(927.0, 7, None, 64, None), 8);
+        // Garbage never panics.
+        assert_eq!(knee_floor(f64::NAN, 3, Some(0.0), 9, Some(f64::INFINITY)), 4);
+        assert!(knee_floor(1e300, 1, Some(1e-300), 2, None) >= 2);
+    }
+}
