@@ -9,26 +9,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use sha2::{Digest, Sha256};
 use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
 
 const SIZE: u64 = 1 << 30;
-
-/// sha256 of nbdkit's `pattern` plugin: each 8-byte big-endian word holds its offset.
-fn pattern_sha256(size: u64) -> String {
-    let mut h = Sha256::new();
-    let mut buf = Vec::with_capacity(1 << 20);
-    let mut off = 0u64;
-    while off < size {
-        buf.clear();
-        for w in 0..(1u64 << 17) {
-            buf.extend_from_slice(&(off + w * 8).to_be_bytes());
-        }
-        h.update(&buf);
-        off += 1 << 20;
-    }
-    hex::encode(h.finalize())
-}
 
 #[test]
 fn auto_moves_n_and_reports_the_search() {

@@ -286,3 +286,19 @@ impl Outputs {
         }
     }
 }
+
+/// sha256 of nbdkit's `pattern` plugin: each 8-byte big-endian word holds its offset.
+pub fn pattern_sha256(size: u64) -> String {
+    let mut h = <sha2::Sha256 as sha2::Digest>::new();
+    let mut buf = Vec::with_capacity(1 << 20);
+    let mut off = 0u64;
+    while off < size {
+        buf.clear();
+        for w in 0..(1u64 << 17) {
+            buf.extend_from_slice(&(off + w * 8).to_be_bytes());
+        }
+        sha2::Digest::update(&mut h, &buf);
+        off += 1 << 20;
+    }
+    hex::encode(sha2::Digest::finalize(h))
+}

@@ -1,0 +1,90 @@
+//! `wanblk copy -C auto` on a path whose best N is known: nbdkit's `rate`
+//! filter limits each connection to 100 Mbit/s and the server to 400
+//! Mbit/s, so goodput grows with N up to N = 4 and is flat above (the knee
+//! is total / per connection). The tuner must end at the knee or a little
+//! above it (at most 1.5 x the knee, issue 13's bound), and at least four
+//! sessions must really carry data. Over TCP on loopback; the data is
+//! checked by sha256 against nbdkit's pattern.
+//!
+//! A tuner that does not follow goodput fails here: pinned at N0 (1 or 2
+//! sessions, half the rate or less), climbing to the limit (16), or stopping
+//! early on a noisy sample.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+
+/// Per-connection and total limits of the server, bits per second.
+const PER_CONNECTION: u64 = 100_000_000;
+const TOTAL: u64 = 400_000_000;
+/// The best N: the fewest sessions that carry the total.
+const KNEE: u64 = TOTAL / PER_CONNECTION;
+/// At 400 Mbit/s about 13 s: the search on this path settles in 5-6 s.
+const SIZE: u64 = 640 << 20;
+
+#[test]
+fn auto_ends_at_the_known_best_n() {
+    require_tool("nbdkit", "nbdkit");
+    let dir = tempdir();
+    let port = free_port();
+    let _nbdkit = Peer::spawn(
+        "nbdkit",
+        Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--filter=rate", "pattern", &SIZE.to_string()])
+            .arg(format!("connection-rate={PER_CONNECTION}"))
+            .arg(format!("rate={TOTAL}")),
+    );
+    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
+    let uri = format!("nbd://127.0.0.1:{port}/");
+    let rep = dir.path().join("auto.json");
+    let out = copy_ok(&[
+        &uri,
+        "null:",
+        "-C",
+        "auto",
+        "--max-connections",
+        "16",
+        "--verify",
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        pattern_sha256(SIZE),
+        "the data is nbdkit's pattern"
+    );
+    let r = report(&rep);
+    let summary: Vec<(f64, u64, f64)> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| (s["t_s"].as_f64().unwrap(), s["n"].as_u64().unwrap(), s["goodput_mbps"].as_f64().unwrap()))
+        .collect();
+    let final_n = r["connections"].as_u64().unwrap();
+    assert!(
+        (KNEE..=KNEE * 3 / 2).contains(&final_n),
+        "auto ended at N = {final_n}; the best N is {KNEE} (at most {}): samples (t, N, Mbit/s) {summary:?}",
+        KNEE * 3 / 2
+    );
+    assert_eq!(r["tuning"]["current_n"], final_n, "the report's N is the tuner's");
+    // The sessions the tuner asked for really carried data: each of the
+    // final N carried at least a tenth of a fair share.
+    let bytes: Vec<u64> = r["stores"][0]["session_bytes"]
+        .as_array()
+        .expect("per-session bytes")
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    let share = SIZE / final_n;
+    let carried = bytes.iter().filter(|b| **b >= share / 10).count() as u64;
+    assert!(carried >= KNEE, "only {carried} sessions carried data: {bytes:?}");
+    // The report says when N became final, and that is before the end.
+    let seconds = r["seconds"].as_f64().unwrap();
+    let final_at = r["timing"]["time_to_final_n_s"].as_f64().expect("time_to_final_n_s with auto");
+    assert!(final_at < seconds, "N final at {final_at} s of {seconds} s");
+}
