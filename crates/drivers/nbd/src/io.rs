@@ -9,7 +9,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 /// Most segments handed to one `writev`.
 const MAX_IOV: usize = 64;
 
-/// Writes every segment in order with vectored writes (no copying of payloads).
+/// Writes every segment in order with vectored writes (no copying of
+/// payloads), then flushes.
 pub(crate) async fn write_all_segments<W: AsyncWrite + Unpin>(
     w: &mut W,
     segs: &mut Vec<Bytes>,
@@ -37,5 +38,8 @@ pub(crate) async fn write_all_segments<W: AsyncWrite + Unpin>(
         }
     }
     segs.clear();
-    Ok(())
+    // TLS: a write the socket could not take whole leaves records in the
+    // TLS session's buffer; without a flush the peer waits for them forever
+    // (plain TCP: nothing to do).
+    w.flush().await
 }
