@@ -84,6 +84,11 @@ pub enum ErrorKind {
         code: u32,
         /// Human-readable meaning.
         message: String,
+        /// The same request may succeed if sent again (NBD EIO, ENOMEM,
+        /// ESHUTDOWN; SCSI BUSY, TASK SET FULL, UNIT ATTENTION, NOT READY,
+        /// ABORTED COMMAND); otherwise it is permanent (no space, out of
+        /// range, read-only, not permitted...).
+        transient: bool,
     },
     /// The connection closed or failed (local or remote I/O error).
     Io(String),
@@ -124,6 +129,18 @@ impl EndpointError {
         Self::new(endpoint, offset, ErrorKind::Config(msg.into()))
     }
 
+    /// The server refused the request for a reason that may pass: sending
+    /// it again may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.kind, ErrorKind::Server { transient: true, .. })
+    }
+
+    /// The connection failed (closed, reset, timed out): the request may
+    /// succeed on another session.
+    pub fn is_connection(&self) -> bool {
+        matches!(self.kind, ErrorKind::Io(_))
+    }
+
     /// Returns the same error attached to `offset` if it had none.
     pub fn at(mut self, offset: u64) -> Self {
         self.offset.get_or_insert(offset);
@@ -155,7 +172,7 @@ impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ErrorKind::Protocol(m) => write!(f, "protocol error: {m}"),
-            ErrorKind::Server { code, message } => write!(f, "server error {code}: {message}"),
+            ErrorKind::Server { code, message, .. } => write!(f, "server error {code}: {message}"),
             ErrorKind::Io(m) => write!(f, "I/O error: {m}"),
             ErrorKind::Config(m) => write!(f, "{m}"),
         }
@@ -233,6 +250,15 @@ pub trait Endpoint: Send + Sync {
     async fn close(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Gives up on the requests in flight, in bounded time: they fail with
+    /// an I/O error and the session can only be dropped afterwards. The
+    /// pool calls it on a session whose request passed its deadline (the
+    /// requests are sent again elsewhere) and on one that does not close
+    /// in time. NBD drops the connection; iSCSI asks the target to abort
+    /// each task (ABORT TASK), then logs out. Local endpoints have nothing
+    /// to give up.
+    async fn abort(&self) {}
 
     /// TCP_INFO of every TCP connection this endpoint uses (empty for local
     /// endpoints or Unix sockets).

@@ -21,6 +21,12 @@ pub struct TcpOptions {
     /// Send keepalive probes after this much idle time (then every
     /// `keepalive / 3`, up to 3 unanswered probes); no keepalive when `None`.
     pub keepalive: Option<Duration>,
+    /// `TCP_USER_TIMEOUT`: the kernel closes the connection when data it
+    /// sent stays unacknowledged this long (and ends keepalive probing
+    /// then), so a peer that vanished fails the connection instead of
+    /// leaving it in retransmission backoff; the system's default
+    /// (about 15 minutes of retries) when `None`.
+    pub user_timeout: Option<Duration>,
 }
 
 /// Sets `opts` on a connected TCP socket, and turns Nagle's algorithm off
@@ -49,6 +55,11 @@ pub fn apply(fd: BorrowedFd<'_>, opts: &TcpOptions) -> io::Result<()> {
         set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(idle / 3))
             .map_err(named("keepalive".into()))?;
         set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3).map_err(named("keepalive".into()))?;
+    }
+    if let Some(t) = opts.user_timeout {
+        let ms = libc::c_int::try_from(t.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+            .map_err(named("TCP_USER_TIMEOUT".into()))?;
     }
     Ok(())
 }
@@ -354,8 +365,10 @@ mod tests {
             send_buffer: Some(1 << 20),
             recv_buffer: Some(1 << 20),
             keepalive: Some(Duration::from_secs(30)),
+            user_timeout: Some(Duration::from_secs(60)),
         };
         apply(c.as_fd(), &opts).unwrap();
+        assert_eq!(get_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT).unwrap(), 60_000);
         assert_eq!(tcp_info(c.as_fd()).unwrap().congestion.as_str(), "reno");
         assert_eq!(get_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap(), 1);
         assert_eq!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE).unwrap(), 1);

@@ -19,6 +19,9 @@ const MAX_REQUEST: u32 = 64 << 20;
 const MAX_ZERO_BLOCKS: u64 = 1 << 22;
 /// UNIT ATTENTION retries while probing (a fresh session may report several).
 pub(crate) const PROBE_UA_RETRIES: usize = 8;
+/// How long [`Endpoint::abort`] waits for the target's answers (task
+/// management responses, then the logout) before it drops the connection.
+const ABORT_BOUND: Duration = Duration::from_secs(5);
 
 /// What the probe learnt about the LUN; shared by the connections of an MC/S session.
 #[derive(Debug)]
@@ -42,10 +45,15 @@ pub(crate) fn command_error(name: &str, offset: Option<u64>, e: CommandError) ->
         CommandError::Status { status, sense } => ErrorKind::Server {
             code: sense.map_or(u32::from(*status), |s| u32::from(s.key)),
             message: e.to_string(),
+            transient: scsi::is_transient(*status, sense.map(|s| s.key)),
         },
-        CommandError::TargetFailure(r) => ErrorKind::Server { code: u32::from(*r), message: e.to_string() },
+        CommandError::TargetFailure(r) => {
+            ErrorKind::Server { code: u32::from(*r), message: e.to_string(), transient: true }
+        }
         CommandError::Rejected(_) | CommandError::Short { .. } => ErrorKind::Protocol(e.to_string()),
-        CommandError::Connection(ConnError::Closed(_) | ConnError::LoggedOut) => ErrorKind::Io(e.to_string()),
+        CommandError::Connection(ConnError::Closed(_) | ConnError::LoggedOut) | CommandError::Aborted(_) => {
+            ErrorKind::Io(e.to_string())
+        }
         CommandError::Connection(_) => ErrorKind::Protocol(e.to_string()),
     };
     EndpointError::new(name, offset, kind)
@@ -454,6 +462,17 @@ impl Endpoint for IscsiEndpoint {
             .logout(last, self.cid, Duration::from_secs(30))
             .await
             .map_err(|e| EndpointError::io(&self.name, None, format!("logout: {e}")))
+    }
+
+    async fn abort(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let last = match &self.mcs_live {
+            Some(live) => live.fetch_sub(1, Ordering::SeqCst) == 1,
+            None => self.own_session,
+        };
+        self.link.abort(last, self.cid, ABORT_BOUND).await;
     }
 
     fn tcp_info(&self) -> Vec<TcpInfo> {

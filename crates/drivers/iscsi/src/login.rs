@@ -15,7 +15,13 @@ use wanblk_iscsi_proto::{Login, LoginConfig, LoginError, LoginOutcome, LoginStep
 pub(crate) fn login_error(name: &str, e: LoginError) -> EndpointError {
     let kind = match &e {
         LoginError::Status { class, detail, .. } => {
-            ErrorKind::Server { code: (u32::from(*class) << 8) | u32::from(*detail), message: e.to_string() }
+            // Class 3 (target error: service unavailable, out of resources)
+            // may pass; class 2 (initiator error: not found, auth) will not.
+            ErrorKind::Server {
+                code: (u32::from(*class) << 8) | u32::from(*detail),
+                message: e.to_string(),
+                transient: *class == 3,
+            }
         }
         LoginError::Config(_) | LoginError::AuthRequired(_) => ErrorKind::Config(e.to_string()),
         // The target failed mutual CHAP: it is not who it says; trying

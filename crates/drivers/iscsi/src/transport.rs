@@ -6,7 +6,8 @@
 //!
 //! When the connection fails (EOF, I/O error, protocol violation, or a
 //! target that stays silent through a NOP ping) every pending command fails
-//! with the cause; nothing waits forever.
+//! with the cause; nothing waits forever. [`Link::abort`] gives up on the
+//! commands in flight (ABORT TASK, then logout) in bounded time.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -73,6 +74,8 @@ pub(crate) struct Link {
     window: Arc<Window>,
     tx_wake: Notify,
     idle: Notify,
+    /// A task management request was answered.
+    tmf_done: Notify,
     fd: OwnedFd,
     closed: AtomicBool,
     failed: AtomicBool,
@@ -95,6 +98,7 @@ impl Link {
             window,
             tx_wake: Notify::new(),
             idle: Notify::new(),
+            tmf_done: Notify::new(),
             fd,
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -213,6 +217,50 @@ impl Link {
         }
     }
 
+    /// Gives up on every command in flight, within `bound`: asks the
+    /// target to abort each (ABORT TASK, RFC 7143 section 11.5) and waits
+    /// for its answers, completes whatever is left as aborted, logs out
+    /// (the connection, or the session with `close_session`) and closes
+    /// the socket. Every waiter gets [`CommandError::Aborted`] or the
+    /// connection's error.
+    pub(crate) async fn abort(&self, close_session: bool, cid: u16, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        let asked = {
+            let mut inner = self.lock();
+            let w = *self.window.lock();
+            inner.conn.abort_tasks(&w).unwrap_or(0)
+        };
+        if asked > 0 {
+            tracing::debug!("iSCSI: aborting {asked} task(s)");
+            self.tx_wake.notify_one();
+            loop {
+                let done = self.tmf_done.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                {
+                    let inner = self.lock();
+                    if inner.conn.pending_task_management() == 0 || inner.conn.error().is_some() {
+                        break;
+                    }
+                }
+                if tokio::time::timeout_at(deadline.into(), done).await.is_err() {
+                    tracing::debug!("iSCSI: no answer to ABORT TASK within {bound:?}");
+                    break;
+                }
+            }
+        }
+        {
+            let mut inner = self.lock();
+            inner.conn.forget_tasks();
+            self.dispatch(&mut inner);
+        }
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        if let Err(e) = self.logout(close_session, cid, left).await {
+            tracing::debug!("iSCSI: logout after aborting: {e}");
+        }
+        self.shutdown();
+    }
+
     /// Closes the socket; the reader then fails whatever is pending.
     pub(crate) fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
@@ -269,6 +317,12 @@ impl Link {
                 Event::LogoutRequested => tracing::warn!("iSCSI target asks for a logout"),
                 Event::Rejected { reason } => tracing::warn!("iSCSI target rejected a PDU: {reason}"),
                 Event::Pong { .. } => {}
+                Event::TaskManagement { itt, task, response } => {
+                    tracing::debug!(
+                        "iSCSI: task management {itt:#x} for task {task:#x}: response {response}"
+                    );
+                    self.tmf_done.notify_waiters();
+                }
             }
         }
         if inner.conn.in_flight() == 0 {

@@ -584,7 +584,7 @@ async fn reader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, mut buf: By
                 EndpointError::new(
                     &shared.name,
                     w.offset,
-                    ErrorKind::Server { code: e.error.code(), message },
+                    ErrorKind::Server { code: e.error.code(), message, transient: e.error.is_transient() },
                 )
             });
             let _ = w.tx.send(out);
@@ -744,6 +744,22 @@ impl Endpoint for NbdSession {
         self.shared.wake_writer.notify_one();
         notified.await;
         Ok(())
+    }
+
+    async fn abort(&self) {
+        // NBD cannot cancel a request: drop the connection (every request
+        // in flight fails; the server sees the connection go).
+        self.shared.lock().closing = true;
+        self.shared.fail_all(ErrorKind::Io("aborted: a request passed its deadline".into()));
+        {
+            let mut st = self.shared.lock();
+            st.shutdown = true;
+        }
+        if let Some(fd) = &self.shared.tcp {
+            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
+        }
+        self.shared.wake_writer.notify_one();
+        self.reader.abort();
     }
 
     fn tcp_info(&self) -> Vec<TcpInfo> {

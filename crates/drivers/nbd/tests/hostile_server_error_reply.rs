@@ -27,7 +27,10 @@ async fn error_replies_are_server_errors() {
     let uri = server.uri.clone();
     let sess = connect(&uri).await;
     let e = within(10, sess.write(4096, bytes::Bytes::from_static(b"abc"), false)).await.unwrap_err();
-    assert!(matches!(&e.kind, ErrorKind::Server { code: 28, message } if message.contains("full")), "{e}");
+    assert!(
+        matches!(&e.kind, ErrorKind::Server { code: 28, message, transient: false } if message.contains("full")),
+        "{e}"
+    );
     assert_eq!(e.offset, Some(4096));
     let e = within(10, sess.write(8192, bytes::Bytes::from_static(b"abc"), false)).await.unwrap_err();
     assert!(matches!(&e.kind, ErrorKind::Server { code: 5, .. }), "{e}");

@@ -1,7 +1,8 @@
 //! One connection in the full feature phase (RFC 7143 section 4.2): SCSI
 //! commands matched by initiator task tag, Data-In reassembly with DataSN
 //! and buffer-offset checks, R2T -> Data-Out sequences, immediate and
-//! unsolicited data, NOP-In/NOP-Out, Reject, Async Message and logout.
+//! unsolicited data, NOP-In/NOP-Out, Reject, Async Message, task
+//! management (ABORT TASK, sections 11.5 and 11.6) and logout.
 //!
 //! A hostile target cannot make this side queue more than a write's own
 //! data: MaxOutstandingR2T is enforced (an R2T stays outstanding until its
@@ -24,7 +25,8 @@ use crate::error::{CommandError, ConnError};
 use crate::keys::Params;
 use crate::pdu::{
     BHS_LEN, Codec, DataIn, DataOut, Header, LogoutRequest, NopIn, NopOut, OutPdu, Pdu, R2t, RESERVED_TAG,
-    Reject, ScsiCommand, ScsiResponse, logout_reason, reject_reason_text,
+    Reject, ScsiCommand, ScsiResponse, TaskMgmtRequest, TaskMgmtResponse, logout_reason, reject_reason_text,
+    tmf,
 };
 use crate::scsi::{Cdb, Sense, status};
 use crate::serial;
@@ -153,11 +155,22 @@ pub enum Event {
         /// Reason text.
         reason: &'static str,
     },
+    /// A task management request was answered (RFC 7143 section 11.6).
+    TaskManagement {
+        /// The request's task tag.
+        itt: u32,
+        /// The referenced task's tag.
+        task: u32,
+        /// The response code (0: function complete, 1: task does not exist).
+        response: u8,
+    },
 }
 
 #[derive(Debug)]
 struct Task {
     expected_len: u32,
+    /// Its CmdSN (the RefCmdSN of an ABORT TASK for it).
+    cmd_sn: u32,
     kind: TaskKind,
 }
 
@@ -270,6 +283,8 @@ pub struct Connection {
     next_itt: u32,
     tasks: HashMap<u32, Task>,
     pings: HashMap<u32, ()>,
+    /// Task management requests in flight: their tag -> the referenced task.
+    tmfs: HashMap<u32, u32>,
     /// Queued PDUs; Data-Out ones tagged with their task, so they can be
     /// dropped if the task ends first (a target may answer a write early).
     tx: VecDeque<(TxTag, OutPdu)>,
@@ -293,6 +308,7 @@ impl Connection {
             next_itt: 1,
             tasks: HashMap::new(),
             pings: HashMap::new(),
+            tmfs: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             phase: Phase::FullFeature,
@@ -327,7 +343,11 @@ impl Connection {
         loop {
             let itt = self.next_itt;
             self.next_itt = self.next_itt.wrapping_add(1);
-            if itt != RESERVED_TAG && !self.tasks.contains_key(&itt) && !self.pings.contains_key(&itt) {
+            if itt != RESERVED_TAG
+                && !self.tasks.contains_key(&itt)
+                && !self.pings.contains_key(&itt)
+                && !self.tmfs.contains_key(&itt)
+            {
                 return itt;
             }
         }
@@ -411,8 +431,61 @@ impl Connection {
             let data = w.data.clone();
             self.queue_data_out(itt, None, &data, immediate, unsolicited);
         }
-        self.tasks.insert(itt, Task { expected_len, kind });
+        self.tasks.insert(itt, Task { expected_len, cmd_sn, kind });
         Ok(itt)
+    }
+
+    /// Queues an ABORT TASK request (immediate, RFC 7143 section 11.5) for
+    /// every command in flight; returns how many. A [`Event::TaskManagement`]
+    /// reports each answer; when the target says the function completed
+    /// (or that it does not know the task), the command completes with
+    /// [`CommandError::Aborted`]. Commands keep answering R2Ts meanwhile
+    /// (section 4.2.3.3).
+    ///
+    /// # Errors
+    /// The connection is failed or logging out.
+    pub fn abort_tasks(&mut self, window: &CmdWindow) -> Result<usize, ConnError> {
+        self.check_usable()?;
+        let mut itts: Vec<u32> =
+            self.tasks.keys().copied().filter(|t| !self.tmfs.values().any(|r| r == t)).collect();
+        itts.sort_unstable();
+        for task in &itts {
+            let ref_cmd_sn = self.tasks.get(task).map_or(0, |t| t.cmd_sn);
+            let itt = self.alloc_itt();
+            self.tmfs.insert(itt, *task);
+            let h = Header::TaskMgmtRequest(TaskMgmtRequest {
+                immediate: true,
+                function: tmf::ABORT_TASK,
+                lun: self.lun,
+                itt,
+                rtt: *task,
+                cmd_sn: window.current(),
+                exp_stat_sn: self.exp_stat_sn,
+                ref_cmd_sn,
+                exp_data_sn: 0,
+            });
+            self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
+        }
+        Ok(itts.len())
+    }
+
+    /// Task management requests not answered yet.
+    pub fn pending_task_management(&self) -> usize {
+        self.tmfs.len()
+    }
+
+    /// Gives up on every command in flight without asking the target
+    /// (after [`Connection::abort_tasks`] went unanswered, before a
+    /// logout): each completes with [`CommandError::Aborted`].
+    pub fn forget_tasks(&mut self) {
+        let mut itts: Vec<u32> = self.tasks.keys().copied().collect();
+        itts.sort_unstable();
+        for itt in itts {
+            self.tasks.remove(&itt);
+            self.drop_pending_data(itt);
+            self.events.push_back(Event::Completed { itt, result: Err(CommandError::Aborted("given up")) });
+        }
+        self.tmfs.clear();
     }
 
     /// Queues Data-Out PDUs for `data[from..to]`, one sequence (RFC 7143
@@ -527,6 +600,7 @@ impl Connection {
                 .push_back(Event::Completed { itt, result: Err(CommandError::Connection(err.clone())) });
         }
         self.pings.clear();
+        self.tmfs.clear();
         self.tx.clear();
         self.phase = Phase::Failed(err);
     }
@@ -601,6 +675,11 @@ impl Connection {
                 }
                 Ok(())
             }
+            Header::TaskMgmtResponse(h) => {
+                window.update(h.exp_cmd_sn, h.max_cmd_sn);
+                self.stat_sn(h.stat_sn);
+                self.task_management(h)
+            }
             Header::LogoutResponse(h) => {
                 window.update(h.exp_cmd_sn, h.max_cmd_sn);
                 self.stat_sn(h.stat_sn);
@@ -615,6 +694,23 @@ impl Connection {
             }
             h => Err(ConnError::Unexpected(h.opcode())),
         }
+    }
+
+    /// A Task Management Function Response (RFC 7143 section 11.6): after
+    /// "function complete" or "task does not exist" the aborted command
+    /// completes here (the target sends nothing more for it).
+    fn task_management(&mut self, h: TaskMgmtResponse) -> Result<(), ConnError> {
+        let task = self
+            .tmfs
+            .remove(&h.itt)
+            .ok_or(ConnError::UnknownItt { opcode: crate::pdu::Opcode::TaskMgmtResponse, itt: h.itt })?;
+        if matches!(h.response, 0 | 1) && self.tasks.remove(&task).is_some() {
+            self.drop_pending_data(task);
+            self.events
+                .push_back(Event::Completed { itt: task, result: Err(CommandError::Aborted("ABORT TASK")) });
+        }
+        self.events.push_back(Event::TaskManagement { itt: h.itt, task, response: h.response });
+        Ok(())
     }
 
     fn data_in(&mut self, h: DataIn, data: Bytes) -> Result<(), ConnError> {

@@ -255,6 +255,10 @@ pub enum CommandError {
         /// Bytes asked for.
         expected: u32,
     },
+    /// The command was aborted (ABORT TASK, RFC 7143 section 11.5.1): the
+    /// target will not complete it.
+    #[error("the command was aborted ({0})")]
+    Aborted(&'static str),
     /// The connection failed before the command completed.
     #[error(transparent)]
     Connection(#[from] ConnError),

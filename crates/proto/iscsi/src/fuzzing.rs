@@ -137,7 +137,8 @@ pub fn login(data: &[u8]) -> Result<(), String> {
 /// Arbitrary target bytes into a full-feature connection with a read, a
 /// write (immediate, unsolicited and R2T data) and a ping in flight. The
 /// first byte picks InitialR2T, ImmediateData, the digests and
-/// MaxOutstandingR2T.
+/// MaxOutstandingR2T; with its top bit both commands are also being
+/// aborted (ABORT TASK), so task management answers are understood.
 pub fn connection(data: &[u8]) -> Result<(), String> {
     let Some((&flags, rest)) = data.split_first() else { return Ok(()) };
     let params = Params {
@@ -160,6 +161,10 @@ pub fn connection(data: &[u8]) -> Result<(), String> {
         2,
     );
     let _ = c.ping(&w);
+    if flags & 0x80 != 0 {
+        // Task management answers become valid input too.
+        let _ = c.abort_tasks(&w);
+    }
     let mut buf = BytesMut::new();
     let mut data_out = 0usize;
     for piece in rest.chunks(97) {

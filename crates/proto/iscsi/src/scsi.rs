@@ -60,6 +60,23 @@ pub mod sense_key {
     pub const UNIT_ATTENTION: u8 = 0x6;
     /// DATA PROTECT.
     pub const DATA_PROTECT: u8 = 0x7;
+    /// ABORTED COMMAND.
+    pub const ABORTED_COMMAND: u8 = 0xb;
+}
+
+/// A command that ended with `status` (and sense key `key`) may succeed if
+/// sent again: BUSY, TASK SET FULL, TASK ABORTED, or CHECK CONDITION with
+/// UNIT ATTENTION, NOT READY or ABORTED COMMAND (SAM-5 section 5.3, SPC-4
+/// section 4.5.6). MEDIUM ERROR, HARDWARE ERROR, ILLEGAL REQUEST, DATA
+/// PROTECT and the rest are permanent.
+pub fn is_transient(status: u8, key: Option<u8>) -> bool {
+    match status {
+        status::BUSY | status::TASK_SET_FULL | status::TASK_ABORTED => true,
+        status::CHECK_CONDITION => {
+            matches!(key, Some(sense_key::UNIT_ATTENTION | sense_key::NOT_READY | sense_key::ABORTED_COMMAND))
+        }
+        _ => false,
+    }
 }
 
 /// A SCSI answer too short or malformed to use.

@@ -485,6 +485,14 @@ impl NbdError {
         }
     }
 
+    /// The same request may succeed if sent again (a passing I/O error,
+    /// memory pressure, a server shutting down for a restart); the others
+    /// (permission, invalid request, no space, out of range, unsupported)
+    /// fail again.
+    pub fn is_transient(self) -> bool {
+        matches!(self, NbdError::Io | NbdError::NoMem | NbdError::Shutdown)
+    }
+
     /// Maps a wire value.
     pub fn from_code(v: u32) -> Self {
         match v {

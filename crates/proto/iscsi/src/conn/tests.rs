@@ -574,3 +574,63 @@ proptest::proptest! {
         proptest::prop_assert!(sent.iter().all(|&n| n <= 1), "a byte went out twice");
     }
 }
+
+/// ABORT TASK (RFC 7143 sections 11.5, 11.6): one immediate request per
+/// command in flight, referencing its tag and CmdSN; "function complete"
+/// or "task does not exist" completes the command as aborted; anything
+/// else leaves it to `forget_tasks`; an answer for no request is an error.
+#[test]
+fn abort_task_for_every_command_in_flight() {
+    let mut c = Connection::new(params(), encode_lun(1), 0);
+    let mut w = CmdWindow::new(7, 7, 20);
+    let mut t = Target::new();
+    let a = c.start_command(read_cmd(512), w.take().unwrap()).unwrap();
+    let b = c.start_command(read_cmd(1024), w.take().unwrap()).unwrap();
+    let d = c.start_command(read_cmd(1536), w.take().unwrap()).unwrap();
+    t.drain(&mut c);
+    assert_eq!(c.abort_tasks(&w).unwrap(), 3);
+    assert_eq!(c.abort_tasks(&w).unwrap(), 0, "a task is aborted once");
+    let sent = t.drain(&mut c);
+    let reqs: Vec<TaskMgmtRequest> = sent
+        .iter()
+        .map(|p| match p.header {
+            Header::TaskMgmtRequest(r) => r,
+            h => panic!("{h:?}"),
+        })
+        .collect();
+    assert_eq!(reqs.iter().map(|r| (r.rtt, r.ref_cmd_sn)).collect::<Vec<_>>(), vec![(a, 7), (b, 8), (d, 9)]);
+    assert!(reqs.iter().all(|r| r.immediate && r.function == tmf::ABORT_TASK && r.cmd_sn == 10));
+    assert!(reqs.iter().all(|r| r.lun == encode_lun(1) && ![a, b, d].contains(&r.itt)));
+    assert_eq!(c.pending_task_management(), 3);
+    let answer = |t: &mut Target, itt: u32, response: u8| {
+        let stat_sn = t.stat_sn;
+        t.stat_sn += 1;
+        t.bytes(
+            Header::TaskMgmtResponse(TaskMgmtResponse {
+                response,
+                itt,
+                stat_sn,
+                exp_cmd_sn: 10,
+                max_cmd_sn: 30,
+            }),
+            &[],
+        )
+    };
+    let mut input = answer(&mut t, reqs[0].itt, 0);
+    input.extend_from_slice(&answer(&mut t, reqs[1].itt, 1));
+    input.extend_from_slice(&answer(&mut t, reqs[2].itt, 5)); // function not supported
+    c.handle_input(&mut input, &mut w).unwrap();
+    assert_eq!(c.pending_task_management(), 0);
+    let done = completed(&mut c);
+    assert_eq!(done.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![a, b]);
+    assert!(done.iter().all(|(_, r)| matches!(r, Err(CommandError::Aborted(_)))));
+    assert_eq!(c.in_flight(), 1, "a task the target did not abort stays");
+    c.forget_tasks();
+    let done = completed(&mut c);
+    assert_eq!(done.len(), 1);
+    assert!(matches!(done[0], (i, Err(CommandError::Aborted(_))) if i == d));
+    assert_eq!(c.in_flight(), 0);
+    // An answer to no request breaks the protocol.
+    let mut bogus = answer(&mut t, 0x7777, 0);
+    assert!(matches!(c.handle_input(&mut bogus, &mut w), Err(ConnError::UnknownItt { .. })));
+}

@@ -25,6 +25,8 @@ pub enum Header {
     R2t(R2t),
     AsyncMessage(AsyncMessage),
     Reject(Reject),
+    TaskMgmtRequest(TaskMgmtRequest),
+    TaskMgmtResponse(TaskMgmtResponse),
 }
 
 macro_rules! header_dispatch {
@@ -45,6 +47,8 @@ macro_rules! header_dispatch {
             Header::R2t($h) => $e,
             Header::AsyncMessage($h) => $e,
             Header::Reject($h) => $e,
+            Header::TaskMgmtRequest($h) => $e,
+            Header::TaskMgmtResponse($h) => $e,
         }
     };
 }
@@ -94,7 +98,9 @@ impl Header {
             Opcode::R2t => Header::R2t(R2t::read(b)?),
             Opcode::AsyncMessage => Header::AsyncMessage(AsyncMessage::read(b)?),
             Opcode::Reject => Header::Reject(Reject::read(b)?),
-            Opcode::TaskMgmtRequest | Opcode::TaskMgmtResponse | Opcode::SnackRequest => {
+            Opcode::TaskMgmtRequest => Header::TaskMgmtRequest(TaskMgmtRequest::read(b)?),
+            Opcode::TaskMgmtResponse => Header::TaskMgmtResponse(TaskMgmtResponse::read(b)?),
+            Opcode::SnackRequest => {
                 return Err(PduError::UnsupportedOpcode(op));
             }
         })

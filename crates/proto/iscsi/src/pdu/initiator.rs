@@ -1,5 +1,5 @@
-//! Headers of the PDUs an initiator sends (RFC 7143 sections 11.3, 11.7,
-//! 11.10, 11.12, 11.14, 11.18).
+//! Headers of the PDUs an initiator sends (RFC 7143 sections 11.3, 11.5,
+//! 11.7, 11.10, 11.12, 11.14, 11.18).
 
 use super::bhs::*;
 use crate::error::PduError;
@@ -308,6 +308,67 @@ impl BhsCodec for LogoutRequest {
             cid: get16(b, 20),
             cmd_sn: get32(b, 24),
             exp_stat_sn: get32(b, 28),
+        })
+    }
+}
+
+/// Task management function codes (RFC 7143 section 11.5.1).
+pub mod tmf {
+    /// ABORT TASK: abort the task whose tag is the referenced task tag.
+    pub const ABORT_TASK: u8 = 1;
+    /// ABORT TASK SET: abort every task of this session on the LU.
+    pub const ABORT_TASK_SET: u8 = 2;
+    /// LOGICAL UNIT RESET.
+    pub const LOGICAL_UNIT_RESET: u8 = 5;
+}
+
+/// Task Management Function Request (RFC 7143 section 11.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMgmtRequest {
+    /// I bit.
+    pub immediate: bool,
+    /// The function ([`tmf`]).
+    pub function: u8,
+    /// Logical unit number (encoded).
+    pub lun: u64,
+    /// Initiator task tag of this request.
+    pub itt: u32,
+    /// Referenced task tag: the task to abort (ABORT TASK), else reserved.
+    pub rtt: u32,
+    /// CmdSN.
+    pub cmd_sn: u32,
+    /// ExpStatSN.
+    pub exp_stat_sn: u32,
+    /// RefCmdSN: the CmdSN of the task to abort (ABORT TASK).
+    pub ref_cmd_sn: u32,
+    /// ExpDataSN (0 unless recovering a task).
+    pub exp_data_sn: u32,
+}
+
+impl BhsCodec for TaskMgmtRequest {
+    const OPCODE: Opcode = Opcode::TaskMgmtRequest;
+    fn write(&self, b: &mut [u8; BHS_LEN]) {
+        b[0] = Self::OPCODE as u8 | if self.immediate { 0x40 } else { 0 };
+        b[1] = 0x80 | (self.function & 0x7f);
+        put64(b, 8, self.lun);
+        put32(b, 16, self.itt);
+        put32(b, 20, self.rtt);
+        put32(b, 24, self.cmd_sn);
+        put32(b, 28, self.exp_stat_sn);
+        put32(b, 32, self.ref_cmd_sn);
+        put32(b, 36, self.exp_data_sn);
+    }
+    fn read(b: &[u8; BHS_LEN]) -> Result<Self, PduError> {
+        Ok(TaskMgmtRequest {
+            immediate: b[0] & 0x40 != 0,
+            function: b[1] & 0x7f,
+            lun: get64(b, 8),
+            itt: get32(b, 16),
+            rtt: get32(b, 20),
+            cmd_sn: get32(b, 24),
+            exp_stat_sn: get32(b, 28),
+            ref_cmd_sn: get32(b, 32),
+            exp_data_sn: get32(b, 36),
         })
     }
 }

@@ -24,10 +24,11 @@ pub use self::bhs::{BHS_LEN, BhsCodec, MAX_AHS_LEN, MAX_DATA_SEGMENT, RESERVED_T
 pub use self::framer::{Codec, OutPdu, Pdu};
 pub use self::header::Header;
 pub use self::initiator::{
-    DataOut, LoginRequest, LogoutRequest, NopOut, ScsiCommand, TextRequest, logout_reason,
+    DataOut, LoginRequest, LogoutRequest, NopOut, ScsiCommand, TaskMgmtRequest, TextRequest, logout_reason,
+    tmf,
 };
 pub use self::target::{
-    AsyncMessage, DataIn, LoginResponse, LogoutResponse, NopIn, R2t, Reject, ScsiResponse, TextResponse,
-    reject_reason_text,
+    AsyncMessage, DataIn, LoginResponse, LogoutResponse, NopIn, R2t, Reject, ScsiResponse, TaskMgmtResponse,
+    TextResponse, reject_reason_text,
 };
 pub use crate::opcode::Opcode;

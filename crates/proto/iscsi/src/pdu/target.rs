@@ -384,6 +384,45 @@ impl BhsCodec for LogoutResponse {
     }
 }
 
+/// Task Management Function Response (RFC 7143 section 11.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMgmtResponse {
+    /// 0 function complete, 1 task does not exist, 2 LUN does not exist,
+    /// 3 task still allegiant, 4 reassignment not supported, 5 function
+    /// not supported, 6 authorization failed, 255 rejected.
+    pub response: u8,
+    /// Initiator task tag of the request (echoed).
+    pub itt: u32,
+    /// StatSN.
+    pub stat_sn: u32,
+    /// ExpCmdSN.
+    pub exp_cmd_sn: u32,
+    /// MaxCmdSN.
+    pub max_cmd_sn: u32,
+}
+
+impl BhsCodec for TaskMgmtResponse {
+    const OPCODE: Opcode = Opcode::TaskMgmtResponse;
+    fn write(&self, b: &mut [u8; BHS_LEN]) {
+        b[0] = Self::OPCODE as u8;
+        b[1] = 0x80;
+        b[2] = self.response;
+        put32(b, 16, self.itt);
+        put32(b, 24, self.stat_sn);
+        put32(b, 28, self.exp_cmd_sn);
+        put32(b, 32, self.max_cmd_sn);
+    }
+    fn read(b: &[u8; BHS_LEN]) -> Result<Self, PduError> {
+        Ok(TaskMgmtResponse {
+            response: b[2],
+            itt: get32(b, 16),
+            stat_sn: get32(b, 24),
+            exp_cmd_sn: get32(b, 28),
+            max_cmd_sn: get32(b, 32),
+        })
+    }
+}
+
 /// Ready To Transfer (RFC 7143 section 11.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct R2t {
