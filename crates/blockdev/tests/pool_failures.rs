@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{Behaviour, Gate, TestConnector, assert_data, data, within};
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::pool::{Pool, PoolConfig};
+use wanblk_blockdev::pool::{Pool, PoolConfig, RetryPolicy};
 
 /// Session 0 is steady but holds its requests until session 1 (which
 /// drops its connection on its fourth request) has failed, so the failure
@@ -67,7 +67,11 @@ async fn when_every_connection_fails_requests_fail_with_offset() {
     let cfg = PoolConfig {
         initial_sessions: 2,
         max_request_bytes: 64 << 10,
-        max_reconnects: 4,
+        retry: RetryPolicy {
+            retry_for: Duration::from_millis(500),
+            backoff_min: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        },
         ..Default::default()
     };
     let pool = Pool::open(c, cfg).await.unwrap();

@@ -49,6 +49,7 @@ pub fn connector(uri: &str, opts: &RemoteOptions) -> Result<Arc<dyn Connector>, 
                 block_status: opts.structured_replies,
                 tcp: opts.tcp.clone(),
                 tls: opts.tls.clone(),
+                connect_timeout: opts.connect_timeout(),
                 ..wanblk_nbd::NbdOptions::default()
             };
             let c = wanblk_nbd::NbdConnector::new(uri, nbd).map_err(|e| match e {
@@ -68,6 +69,7 @@ pub fn connector(uri: &str, opts: &RemoteOptions) -> Result<Arc<dyn Connector>, 
                 secret: opts.iscsi_secret.clone(),
                 target_user: opts.iscsi_target_user.clone(),
                 target_secret: opts.iscsi_target_secret.clone(),
+                login_timeout: opts.connect_timeout(),
                 ..wanblk_iscsi::IscsiOptions::default()
             };
             let iscsi = match &opts.initiator_name {

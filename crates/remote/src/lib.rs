@@ -28,7 +28,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wanblk_blockdev::Endpoint;
-use wanblk_blockdev::pool::Pool;
+use wanblk_blockdev::pool::{Faults, Pool};
 use wanblk_tune::{Controller, DemandSample, IntervalSample, ProgressPoint, Timing, TuningReport};
 
 pub use connect::{Scheme, connector, is_remote};
@@ -89,7 +89,7 @@ pub struct RemoteSummary {
 }
 
 /// What one store's pool did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoreSummary {
     /// The store (URI without secrets).
     pub name: String,
@@ -100,6 +100,19 @@ pub struct StoreSummary {
     pub failed_sessions: usize,
     /// Straggling requests duplicated, and duplicates that answered first.
     pub hedged: (u64, u64),
+    /// What went wrong and was ridden out.
+    pub faults: Faults,
+}
+
+impl RemoteSummary {
+    /// The faults of every store together.
+    pub fn faults(&self) -> Faults {
+        let mut f = Faults::default();
+        for s in &self.stores {
+            f.add(&s.faults);
+        }
+        f
+    }
 }
 
 impl Remote {
@@ -167,6 +180,33 @@ impl Remote {
     pub fn sessions(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let n = Arc::clone(&self.sessions);
         move || n.load(Ordering::Relaxed)
+    }
+
+    /// What went wrong so far, in words for a progress display: "" when
+    /// nothing did, else e.g. "reconnecting (12 s)" or "3 reconnects, 17
+    /// retried".
+    pub fn fault_status(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let pools = self.pools.clone();
+        move || {
+            let mut f = Faults::default();
+            for p in &pools {
+                f.add(&p.faults());
+            }
+            let mut parts = Vec::new();
+            if f.reconnecting {
+                parts.push("reconnecting".to_string());
+            }
+            if f.reconnects > 0 {
+                parts.push(format!("{} reconnect{}", f.reconnects, if f.reconnects == 1 { "" } else { "s" }));
+            }
+            if f.retried_requests > 0 {
+                parts.push(format!("{} retried", f.retried_requests));
+            }
+            if f.outage_s >= 1.0 {
+                parts.push(format!("{:.0} s lost", f.outage_s));
+            }
+            parts.join(", ")
+        }
     }
 
     /// A counter of the bytes the pools completed (for [`start`](Self::start)
@@ -261,6 +301,7 @@ impl Remote {
                     session_bytes: s.sessions.iter().map(|x| x.completed_bytes).collect(),
                     failed_sessions: s.failed(),
                     hedged: (s.hedged, s.hedges_won),
+                    faults: s.faults,
                 }
             })
             .collect();

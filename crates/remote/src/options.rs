@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use wanblk_blockdev::pool::{Hedge, PoolConfig};
+use wanblk_blockdev::pool::{Hedge, PoolConfig, RetryPolicy};
 use wanblk_sys::tcp::TcpOptions;
 use wanblk_tune::{ControllerConfig, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig};
 
@@ -82,6 +82,8 @@ pub struct RemoteOptions {
     pub max_request_bytes: u32,
     /// Which straggling requests idle sessions may duplicate.
     pub hedge: Hedge,
+    /// Reconnecting, retries and request deadlines.
+    pub retry: RetryPolicy,
     /// Options of every TCP connection.
     pub tcp: TcpOptions,
     /// NBD: ask for structured replies (and block status).
@@ -122,6 +124,7 @@ impl Default for RemoteOptions {
             max_depth: 4,
             max_request_bytes: 4 << 20,
             hedge: Hedge::Reads,
+            retry: RetryPolicy::default(),
             tcp: TcpOptions::default(),
             structured_replies: true,
             tls: wanblk_nbd::TlsClientOptions::default(),
@@ -153,8 +156,17 @@ impl RemoteOptions {
             max_depth: self.max_depth,
             max_request_bytes: self.max_request_bytes,
             hedge: self.hedge,
-            ..PoolConfig::default()
+            retry: self.retry,
         }
+    }
+
+    /// How long connecting and logging in may take: half the request
+    /// deadline, between 5 and 30 s (30 s without a deadline), so that
+    /// reconnecting through an outage tries again soon.
+    pub fn connect_timeout(&self) -> Duration {
+        self.retry.io_timeout.map_or(Duration::from_secs(30), |t| {
+            (t / 2).clamp(Duration::from_secs(5), Duration::from_secs(30))
+        })
     }
 
     /// The controller's configuration: a tuner only with

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
 use super::queue::{Done, Op};
+use super::reconnect::end_session;
 use super::{Pool, lock};
 use crate::endpoint::{Capabilities, Endpoint, EndpointError, Extent, Result, TcpInfo};
 
@@ -84,6 +85,7 @@ impl Endpoint for Pool {
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         self.check(offset, data.len() as u64)?;
+        self.shared.ledger_room().await?;
         futures::future::try_join_all(self.cut(offset, data.len() as u64).map(|(o, n)| {
             let part = data.slice((o - offset) as usize..(o - offset + n) as usize);
             self.submit(Op::Write { offset: o, data: part, fua })
@@ -115,9 +117,13 @@ impl Endpoint for Pool {
     }
 
     async fn flush(&self) -> Result<()> {
-        // With multi-connection consistency a flush on any session covers
-        // the writes completed on all of them.
-        self.submit_side(Op::Flush).await?;
+        // Every session that acknowledged writes since its last flush is
+        // flushed (see flush.rs). Without such writes, one flush on the
+        // side session covers whatever else there is (with multi-connection
+        // consistency a flush on any session covers all of them).
+        if !self.shared.flush_sessions().await? {
+            self.submit_side(Op::Flush).await?;
+        }
         Ok(())
     }
 
@@ -136,15 +142,19 @@ impl Endpoint for Pool {
         self.close_side().await;
         self.shared.roles.send_modify(|g| *g += 1);
         self.shared.queue_ready.notify_waiters();
+        self.shared.openings_done().await;
         let sessions: Vec<_> = lock(&self.shared.sessions).clone();
-        let results = futures::future::join_all(
-            sessions.iter().filter(|s| !s.failed.load(Ordering::SeqCst)).map(|s| {
-                let ep = Arc::clone(&s.endpoint);
-                async move { ep.close().await }
-            }),
+        // Each session ends cleanly (NBD_CMD_DISC, iSCSI logout) once its
+        // requests finished, or is aborted if that takes longer than
+        // CLOSE_BOUND: close never waits forever.
+        futures::future::join_all(
+            sessions
+                .iter()
+                .filter(|s| !s.failed.load(Ordering::SeqCst))
+                .map(|s| end_session(Arc::clone(&s.endpoint), false)),
         )
         .await;
-        results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+        Ok(())
     }
 
     fn tcp_info(&self) -> Vec<TcpInfo> {

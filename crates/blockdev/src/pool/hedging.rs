@@ -87,6 +87,14 @@ impl Shared {
             .min_by_key(|r| r.started)?;
         r.hedged = true;
         self.hedged.fetch_add(1, Ordering::Relaxed);
-        Some(Job { op: r.op.clone(), reply: Arc::clone(&r.reply), attempts: 0, hedge: true, ahead: false })
+        self.faults.retried.fetch_add(1, Ordering::Relaxed);
+        Some(Job {
+            op: r.op.clone(),
+            reply: Arc::clone(&r.reply),
+            attempts: 0,
+            hedge: true,
+            ahead: false,
+            transient: 0,
+        })
     }
 }

@@ -26,19 +26,33 @@
 //! - `worker.rs`: the per-slot work loop.
 //! - `hedging.rs`: duplicating stragglers on idle sessions ([`Hedge`]).
 //! - `reconnect.rs`: active roles, opening sessions, retiring failed ones.
+//! - `backoff.rs`: when to try opening a session again (sans-I/O).
+//! - `ledger.rs`: acknowledged writes no flush covers yet.
+//! - `flush.rs`: flushing every session that holds such writes.
 //! - `side.rs`: the side session for block status and flush.
 //! - `endpoint.rs`: the [`Endpoint`] implementation.
-//! - `snapshot.rs`: [`PoolSnapshot`].
+//! - `snapshot.rs`: [`PoolSnapshot`] and [`Faults`].
 //!
-//! A session whose connection fails (an I/O error, not a protocol or
-//! server error) is retired; its request is queued again for the others
-//! and a replacement session is opened, a bounded number of times.
+//! Failures ([`RetryPolicy`]): a session whose connection fails (an I/O
+//! error, not a protocol or server error), or whose request gets no
+//! answer within the deadline, is retired; its requests are queued again
+//! for the others, the writes it acknowledged since its last flush are
+//! sent again, and a replacement session is opened. Openings that fail
+//! are paced with exponential backoff and jitter, one at a time, for up
+//! to `retry_for`; only then, with no session left, do requests fail.
+//! While no session works, requests wait. Transient server errors (NBD
+//! EIO, SCSI BUSY...) are retried a few times; permanent ones are
+//! answered at once.
+//!
 //! Goodput is measured from completions: [`Pool::completed_bytes`] counts
 //! payload bytes of finished reads and writes.
 
+mod backoff;
 mod config;
 mod endpoint;
+mod flush;
 mod hedging;
+mod ledger;
 mod queue;
 mod reconnect;
 mod side;
@@ -48,11 +62,12 @@ mod worker;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-pub use config::{Hedge, PoolConfig};
-pub use snapshot::{PoolSnapshot, SessionSnapshot};
+pub use config::{Hedge, PoolConfig, RetryPolicy};
+pub use snapshot::{Faults, PoolSnapshot, SessionSnapshot};
 
 use crate::endpoint::{Capabilities, Connector, Endpoint, EndpointError, Result};
 use hedging::Running;
@@ -68,6 +83,27 @@ struct Session {
     failed: AtomicBool,
     in_flight: AtomicUsize,
     completed_bytes: AtomicU64,
+    /// A request of this session completed (it works, not only connects).
+    proven: AtomicBool,
+}
+
+/// Counters of what went wrong (see [`Faults`]).
+#[derive(Default)]
+struct FaultCounters {
+    reconnects: AtomicU64,
+    retried: AtomicU64,
+    transient: AtomicU64,
+    timeouts: AtomicU64,
+    resent_bytes: AtomicU64,
+    /// Session failures not yet made good by a new session.
+    to_replace: AtomicUsize,
+}
+
+/// Time with no working session.
+#[derive(Default)]
+struct Outage {
+    since: Option<Instant>,
+    total: Duration,
 }
 
 /// What the pool's handle, its workers and background tasks share.
@@ -101,6 +137,9 @@ struct Shared {
     request_bytes: AtomicU32,
     /// The store's block size minimum.
     block_min: u32,
+    /// The store has a volatile cache to flush: acknowledged writes are
+    /// kept until a flush covers them.
+    can_flush: bool,
     connecting: AtomicUsize,
     completed_bytes: AtomicU64,
     /// Microseconds open request slots of active sessions waited for work,
@@ -120,12 +159,48 @@ struct Shared {
     /// The side session (None inside: could not be opened).
     side: tokio::sync::OnceCell<Option<Arc<dyn Endpoint>>>,
     side_failed: AtomicBool,
+    /// Pacing of session openings after failures.
+    backoff: Mutex<backoff::Backoff>,
+    /// A paced opening is scheduled or under way.
+    reconnecting: AtomicBool,
+    /// Gave up reconnecting with no session left: every request fails so.
+    dead: Mutex<Option<EndpointError>>,
+    faults: FaultCounters,
+    outage: Mutex<Outage>,
+    /// Acknowledged writes no flush covers yet.
+    ledger: Mutex<ledger::Ledger>,
+    /// Acknowledgements so far (orders the ledger's entries).
+    acks: AtomicU64,
+    /// Writes being sent again, and the first of them that failed.
+    resending: AtomicUsize,
+    resend_error: Mutex<Option<EndpointError>>,
+    /// Signalled when resending ends or the ledger shrinks.
+    ledger_changed: Notify,
+    /// A flush the pool started by itself (the ledger grew) is running.
+    self_flushing: AtomicBool,
+    /// State for jitter draws.
+    draws: AtomicU64,
 }
 
 impl Shared {
     fn note(&self, s: String) {
         tracing::warn!("{s}");
         lock(&self.notes).push(s);
+    }
+
+    /// A uniform draw in `[0, 1)` for jitter (splitmix64 over a counter
+    /// seeded from the clock; no need for more).
+    fn draw(&self) -> f64 {
+        let mut z = self.draws.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The error every request gets once the pool gave up, if it did.
+    fn dead(&self) -> Option<EndpointError> {
+        lock(&self.dead).clone()
     }
 }
 
@@ -218,6 +293,7 @@ impl Pool {
             rate_cap: AtomicU64::new(0),
             request_bytes: AtomicU32::new(max_request_bytes),
             block_min: min,
+            can_flush: session_caps.can_flush && !session_caps.read_only,
             connecting: AtomicUsize::new(0),
             completed_bytes: AtomicU64::new(0),
             idle_slot_us: AtomicU64::new(0),
@@ -231,6 +307,22 @@ impl Pool {
             mean_us: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
             hedges_won: AtomicU64::new(0),
+            backoff: Mutex::new(backoff::Backoff::new(&config.retry)),
+            reconnecting: AtomicBool::new(false),
+            dead: Mutex::new(None),
+            faults: FaultCounters::default(),
+            outage: Mutex::new(Outage::default()),
+            ledger: Mutex::new(ledger::Ledger::default()),
+            acks: AtomicU64::new(0),
+            resending: AtomicUsize::new(0),
+            resend_error: Mutex::new(None),
+            ledger_changed: Notify::new(),
+            self_flushing: AtomicBool::new(false),
+            draws: AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64),
+            ),
         });
         Shared::add_session(&shared, first);
         let pool = Pool { shared, size, caps };

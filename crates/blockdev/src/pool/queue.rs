@@ -58,7 +58,7 @@ pub(super) struct Reply {
 }
 
 impl Reply {
-    fn new(tx: oneshot::Sender<Result<Done>>) -> Arc<Reply> {
+    pub(super) fn new(tx: oneshot::Sender<Result<Done>>) -> Arc<Reply> {
         Arc::new(Reply { tx: Mutex::new(Some(tx)), running: AtomicUsize::new(0) })
     }
 
@@ -87,10 +87,22 @@ pub(super) struct Job {
     pub(super) hedge: bool,
     /// Read-ahead: served after every demand request waiting.
     pub(super) ahead: bool,
+    /// Transient server errors it got so far.
+    pub(super) transient: u32,
 }
 
 impl Shared {
+    /// Queues `job` (at the front if `front`); once the pool gave up, it
+    /// fails at once.
     pub(super) fn push(&self, job: Job, front: bool) {
+        if let Some(e) = self.dead() {
+            let e = match job.op.offset() {
+                Some(o) => e.at(o),
+                None => e,
+            };
+            job.reply.deliver(Err(e));
+            return;
+        }
         {
             let mut q = lock(if job.ahead { &self.ahead } else { &self.queue });
             if front { q.push_front(job) } else { q.push_back(job) }
@@ -140,7 +152,8 @@ impl Pool {
     /// Queues `op` (behind every demand request if `ahead`) and waits for its result.
     pub(super) async fn submit_as(&self, op: Op, ahead: bool) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false, ahead }, false);
+        self.shared
+            .push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false, ahead, transient: 0 }, false);
         rx.await
             .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
     }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Pool;
-use super::queue::{Done, Op, execute};
-use crate::endpoint::{Endpoint, ErrorKind, Result};
+use super::queue::{Done, Op};
+use super::reconnect::end_session;
+use crate::endpoint::{Endpoint, Result};
 
 impl Pool {
     /// The side session, opened on first use; `None` when the store allows
@@ -37,25 +38,47 @@ impl Pool {
             .clone()
     }
 
-    /// Runs `op` on the side session, falling back to the work queue if
-    /// there is none or it fails with an I/O error.
+    /// Runs `op` on the side session (within its deadline, transient
+    /// errors retried), falling back to the work queue (where the workers
+    /// retry and reconnect) if there is none, or once it failed.
     pub(super) async fn submit_side(&self, op: Op) -> Result<Done> {
         if let Some(ep) = self.side().await {
-            match execute(&*ep, &op).await {
-                Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
-                    self.shared.side_failed.store(true, Ordering::Relaxed);
-                    self.shared.note(format!("side session failed: {e}; using the data sessions"));
+            let mut transient = 0;
+            loop {
+                match self.shared.run(&*ep, &op).await {
+                    Ok(d) => return Ok(d),
+                    Err(Some(e))
+                        if e.is_transient() && transient < self.shared.config.retry.transient_retries =>
+                    {
+                        transient += 1;
+                        self.shared.faults.transient.fetch_add(1, Ordering::Relaxed);
+                        self.shared.faults.retried.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(std::time::Duration::from_millis(20u64 << transient)).await;
+                    }
+                    Err(Some(e)) if !e.is_connection() => return Err(e),
+                    r => {
+                        let e = match r {
+                            Err(Some(e)) => e,
+                            _ => self.shared.timed_out(&op),
+                        };
+                        if !self.shared.side_failed.swap(true, Ordering::Relaxed) {
+                            self.shared.note(format!("side session failed: {e}; using the data sessions"));
+                            tokio::spawn(end_session(ep, true));
+                        }
+                        break;
+                    }
                 }
-                r => return r,
             }
         }
         self.submit(op).await
     }
 
-    /// Closes the side session, if one was opened.
+    /// Closes the side session, if one was opened (bounded in time).
     pub(super) async fn close_side(&self) {
-        if let Some(Some(ep)) = self.shared.side.get() {
-            let _ = ep.close().await;
+        if let Some(Some(ep)) = self.shared.side.get()
+            && !self.shared.side_failed.load(Ordering::Relaxed)
+        {
+            end_session(Arc::clone(ep), false).await;
         }
     }
 }

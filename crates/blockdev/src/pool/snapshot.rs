@@ -8,7 +8,7 @@ use super::{Pool, lock};
 use crate::endpoint::TcpInfo;
 
 /// A pool's state at one moment ([`Pool::snapshot`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PoolSnapshot {
     /// Payload bytes of completed reads and writes since the pool opened.
     pub completed_bytes: u64,
@@ -39,8 +39,49 @@ pub struct PoolSnapshot {
     pub open_target: usize,
     /// Sessions being opened now (connecting, logging in).
     pub connecting: usize,
+    /// What went wrong so far, and was ridden out.
+    pub faults: Faults,
     /// Every session the pool opened, failed ones included.
     pub sessions: Vec<SessionSnapshot>,
+}
+
+/// What went wrong in a pool, and was ridden out (see
+/// [`RetryPolicy`](super::RetryPolicy)).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Failed sessions replaced by new ones.
+    pub reconnects: u64,
+    /// Requests sent again: after their session failed or passed the
+    /// deadline, after a transient server error, or as the duplicate of a
+    /// straggler (hedging).
+    pub retried_requests: u64,
+    /// Transient server errors retried.
+    pub transient_errors: u64,
+    /// Requests (flushes included) that passed their deadline.
+    pub timeouts: u64,
+    /// Bytes of acknowledged writes sent again because their session
+    /// failed before a flush covered them.
+    pub resent_bytes: u64,
+    /// Time with no working session, seconds (so far).
+    pub outage_s: f64,
+    /// No working session now, and trying to open one.
+    pub reconnecting: bool,
+    /// Acknowledged writes no flush covers yet, bytes.
+    pub unflushed_bytes: u64,
+}
+
+impl Faults {
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &Faults) {
+        self.reconnects += o.reconnects;
+        self.retried_requests += o.retried_requests;
+        self.transient_errors += o.transient_errors;
+        self.timeouts += o.timeouts;
+        self.resent_bytes += o.resent_bytes;
+        self.outage_s += o.outage_s;
+        self.reconnecting |= o.reconnecting;
+        self.unflushed_bytes += o.unflushed_bytes;
+    }
 }
 
 /// One session of a [`PoolSnapshot`].
@@ -85,6 +126,27 @@ impl PoolSnapshot {
 }
 
 impl Pool {
+    /// What went wrong so far (see [`Faults`]).
+    pub fn faults(&self) -> Faults {
+        let sh = &self.shared;
+        let f = &sh.faults;
+        let (outage_s, down) = {
+            let o = lock(&sh.outage);
+            let now = o.since.map_or(std::time::Duration::ZERO, |s| s.elapsed());
+            ((o.total + now).as_secs_f64(), o.since.is_some())
+        };
+        Faults {
+            reconnects: f.reconnects.load(Ordering::Relaxed),
+            retried_requests: f.retried.load(Ordering::Relaxed),
+            transient_errors: f.transient.load(Ordering::Relaxed),
+            timeouts: f.timeouts.load(Ordering::Relaxed),
+            resent_bytes: f.resent_bytes.load(Ordering::Relaxed),
+            outage_s,
+            reconnecting: down && sh.dead().is_none(),
+            unflushed_bytes: lock(&sh.ledger).held(),
+        }
+    }
+
     /// Everything the pool can say about itself now (see [`PoolSnapshot`]).
     pub fn snapshot(&self) -> PoolSnapshot {
         let sh = &self.shared;
@@ -104,6 +166,7 @@ impl Pool {
             hedges_won: sh.hedges_won.load(Ordering::Relaxed),
             open_target: sh.open.load(Ordering::Relaxed).max(sh.active.load(Ordering::SeqCst)),
             connecting: sh.connecting.load(Ordering::SeqCst),
+            faults: self.faults(),
             sessions: sessions
                 .iter()
                 .map(|s| {

@@ -1,21 +1,99 @@
 //! The workers: one per request slot of each session, pulling requests
 //! from the shared queue while the session is active.
+//!
+//! Each request gets a deadline ([`RetryPolicy::io_timeout`](super::RetryPolicy::io_timeout)):
+//! past it the session is taken for stuck, retired (its requests given up
+//! and sent again elsewhere) and replaced. A connection failure retires
+//! the session the same way. A transient server error sends the request
+//! again after a short wait, a few times; any other answer is the
+//! caller's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::config::Hedge;
 use super::hedging::HEDGE_POLL;
-use super::queue::execute;
+use super::ledger::Data;
+use super::queue::{Done, Job, Op, execute};
 use super::{Session, Shared, lock};
-use crate::endpoint::ErrorKind;
+use crate::endpoint::{EndpointError, Result};
 
 impl Shared {
     /// Slot `slot` of `session` may take work: the session is active and
     /// the slot is within the depth asked for ([`Pool::set_depth`](super::Pool::set_depth)).
     fn slot_open(&self, session: &Session, slot: usize) -> bool {
         session.active.load(Ordering::SeqCst) && slot < self.depth.load(Ordering::SeqCst)
+    }
+
+    /// How long `op` may take before its session is taken for stuck.
+    pub(super) fn deadline(&self, op: &Op) -> Option<Duration> {
+        match op {
+            Op::Flush => self.config.retry.flush_timeout(),
+            _ => self.config.retry.io_timeout,
+        }
+    }
+
+    /// Runs `op` on `ep` within its deadline; `Err(None)` when the deadline passed.
+    pub(super) async fn run(
+        &self,
+        ep: &dyn crate::endpoint::Endpoint,
+        op: &Op,
+    ) -> std::result::Result<Done, Option<EndpointError>> {
+        let r = match self.deadline(op) {
+            Some(d) => match tokio::time::timeout(d, execute(ep, op)).await {
+                Ok(r) => r,
+                Err(_) => return Err(None),
+            },
+            None => execute(ep, op).await,
+        };
+        r.map_err(Some)
+    }
+
+    /// The error of a request that passed its deadline on a session.
+    pub(super) fn timed_out(&self, op: &Op) -> EndpointError {
+        self.faults.timeouts.fetch_add(1, Ordering::Relaxed);
+        let d = self.deadline(op).unwrap_or_default();
+        EndpointError::io(&self.name, op.offset(), format!("no answer within {d:?} (the request deadline)"))
+    }
+
+    /// Keeps an acknowledged write until a flush covers it.
+    fn keep(self: &Arc<Self>, session: &Session, op: &Op) {
+        if !self.can_flush {
+            return;
+        }
+        let (offset, len, data) = match op {
+            Op::Write { offset, data, fua: false } => (*offset, data.len() as u64, Data::Bytes(data.clone())),
+            Op::Zero { offset, len, may_trim } => (*offset, *len, Data::Zero { may_trim: *may_trim }),
+            _ => return,
+        };
+        let seq = self.acks.fetch_add(1, Ordering::SeqCst) + 1;
+        let held = {
+            let mut l = lock(&self.ledger);
+            l.record(offset, len, session.index, seq, data);
+            l.held()
+        };
+        if held > self.config.retry.unflushed_limit && !self.self_flushing.swap(true, Ordering::SeqCst) {
+            self.flush_in_background();
+        }
+    }
+
+    /// A transient server error: queue `job` again after a growing wait,
+    /// or answer with `err` once it had its share of retries.
+    fn retry_transient(self: &Arc<Self>, job: Job, err: EndpointError) {
+        if job.transient >= self.config.retry.transient_retries {
+            job.reply.deliver(Err(err));
+            return;
+        }
+        self.faults.transient.fetch_add(1, Ordering::Relaxed);
+        self.faults.retried.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!("retrying after a transient error: {err}");
+        let wait = Duration::from_millis(20u64 << job.transient.min(6));
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            this.push(Job { transient: job.transient + 1, hedge: false, ..job }, true);
+        });
     }
 }
 
@@ -64,18 +142,29 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
         let id = shared.started(session.index, &job, started);
         job.reply.running.fetch_add(1, Ordering::SeqCst);
         session.in_flight.fetch_add(1, Ordering::Relaxed);
-        let r = execute(&*session.endpoint, &job.op).await;
+        let r = shared.run(&*session.endpoint, &job.op).await;
         session.in_flight.fetch_sub(1, Ordering::Relaxed);
         job.reply.running.fetch_sub(1, Ordering::SeqCst);
         let payload = job.op.payload();
         // Only completions count in the mean completion time.
         shared.finished(id, if r.is_ok() { payload } else { 0 }, started.elapsed());
+        let r: Result<Done> = match r {
+            Ok(d) => Ok(d),
+            Err(None) => {
+                let e = shared.timed_out(&job.op);
+                shared.session_failed(&session, job, e, true);
+                return;
+            }
+            Err(Some(e)) => Err(e),
+        };
         match r {
-            Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
-                shared.session_failed(&session, job, e);
+            Err(e) if e.is_connection() => {
+                shared.session_failed(&session, job, e, false);
                 return;
             }
             Ok(done) => {
+                shared.proven(&session);
+                shared.keep(&session, &job.op);
                 // Count before answering, so a caller that reads the
                 // counters after its request returns sees this one.
                 if let Some(tx) = lock(&job.reply.tx).take() {
@@ -90,7 +179,12 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
             Err(e) => {
                 // A protocol or server error: the answer, unless a copy of
                 // the request is still running and may succeed.
-                if job.reply.running.load(Ordering::SeqCst) == 0 {
+                if job.reply.running.load(Ordering::SeqCst) > 0 || job.reply.is_done() {
+                    continue;
+                }
+                if e.is_transient() {
+                    shared.retry_transient(job, e);
+                } else {
                     job.reply.deliver(Err(e));
                 }
             }
