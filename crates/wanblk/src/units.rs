@@ -91,9 +91,41 @@ pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
     Ok(bits.round() as u64)
 }
 
+/// Parses a duration as [`parse_duration`] does, and also `0` (with or
+/// without a unit), which turns what it sets off.
+///
+/// # Errors
+/// A message naming the bad value.
+pub(crate) fn parse_duration_or_zero(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let num = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !num.is_empty()
+        && num.trim().parse::<f64>() == Ok(0.0)
+        && ["", "ms", "s", "m", "h"].contains(&&t[num.len()..])
+    {
+        return Ok(std::time::Duration::ZERO);
+    }
+    parse_duration(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_rate, parse_size};
+
+    #[test]
+    fn durations_or_zero() {
+        use super::parse_duration_or_zero;
+        use std::time::Duration;
+        assert_eq!(parse_duration_or_zero("60"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration_or_zero("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration_or_zero("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration_or_zero("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_zero("0s"), Ok(Duration::ZERO));
+        for bad in ["", "s", "-1s", "5 parsecs", "1e400", "0x"] {
+            assert!(parse_duration_or_zero(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn rates() {

@@ -88,7 +88,7 @@ fn tgtd_killed_mid_copy() {
         wanblk()
             .arg("copy")
             .args([&uri, dst.to_str().unwrap(), "-C", "1", "--requests", "2", "--request-size", "256K"])
-            .args(["--no-sparse", "--no-progress"]),
+            .args(["--no-sparse", "--no-progress", "--retry-for", "1s"]),
     );
     // Wait until data reaches the partial file, then kill the target.
     let part = part_of(&dst);

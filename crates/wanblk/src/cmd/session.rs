@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use wanblk_blockdev::pool::Hedge;
+use wanblk_blockdev::pool::{Hedge, RetryPolicy};
 use wanblk_remote::{RemoteOptions, Sessions, Tuning};
 use wanblk_sys::tcp::TcpOptions;
 use wanblk_tune::IntervalChoice;
 
-use crate::units::parse_size;
+use crate::units::{parse_duration_or_zero, parse_size};
 
 /// How many sessions to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +255,23 @@ pub(crate) struct SessionArgs {
     /// Mutual CHAP: the user name the target must answer with.
     #[arg(long, value_name = "NAME")]
     pub(crate) target_user: Option<String>,
+
+    /// When sessions fail or the store goes away (a restart, a network
+    /// outage), keep trying to reconnect this long (e.g. 90s, 5m, 1h):
+    /// attempts one at a time, waiting 0.2 s after the first failure,
+    /// doubling up to 5 s, with jitter. Requests wait meanwhile, and are
+    /// sent again once a session works. 0 gives up at the first failure.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero)]
+    pub(crate) retry_for: Duration,
+
+    /// A request with no answer after this long (flushes: 4 times as
+    /// long) is sent again on another session and its session is
+    /// replaced (iSCSI aborts the task first). It also sets TCP's user
+    /// timeout (unacknowledged data) and connect timeouts (half of it,
+    /// 5 to 30 s); keepalive probes start after half of it (at most 30 s)
+    /// idle. 0 turns the deadline off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration_or_zero)]
+    pub(crate) io_timeout: Duration,
 }
 
 pub(crate) fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String> {
@@ -262,6 +279,31 @@ pub(crate) fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String
 }
 
 impl SessionArgs {
+    /// `--retry-for` and `--io-timeout`, the pool's defaults otherwise.
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            retry_for: self.retry_for,
+            io_timeout: (!self.io_timeout.is_zero()).then_some(self.io_timeout),
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// TCP options of every session: congestion control, keepalive after
+    /// half the request deadline idle (1 to 30 s), and the user timeout
+    /// equal to the deadline, so a connection whose peer vanished fails
+    /// instead of retransmitting for minutes.
+    pub(crate) fn tcp_options(&self) -> TcpOptions {
+        let deadline = (!self.io_timeout.is_zero()).then_some(self.io_timeout);
+        TcpOptions {
+            congestion: self.congestion.clone(),
+            keepalive: Some(deadline.map_or(Duration::from_secs(30), |d| {
+                (d / 2).clamp(Duration::from_secs(1), Duration::from_secs(30))
+            })),
+            user_timeout: deadline,
+            ..TcpOptions::default()
+        }
+    }
+
     /// `--connections auto`.
     pub(crate) fn is_auto(&self) -> bool {
         self.connections == Connections::Auto
@@ -292,7 +334,8 @@ impl SessionArgs {
             max_depth: self.requests as usize,
             max_request_bytes: self.request_size,
             hedge,
-            tcp: TcpOptions { congestion: self.congestion.clone(), ..TcpOptions::default() },
+            retry: self.retry_policy(),
+            tcp: self.tcp_options(),
             structured_replies: !self.no_structured_replies,
             tls: wanblk_nbd::TlsClientOptions::default(),
             iscsi_mode: match self.iscsi_mode {
