@@ -1,5 +1,7 @@
 //! The copy loop: plan the source into data and zero pieces, keep enough
-//! pieces in flight to fill every session slot, and account what is done.
+//! pieces in flight to fill every session slot, account what is done,
+//! checkpoint it into the journal, stop cleanly when asked, flush, and
+//! read the destination back with `verify`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +10,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
-use wanblk_blockdev::{Endpoint, EndpointError, Extent};
+use tokio::time::Instant;
+use wanblk_blockdev::{Endpoint, EndpointError};
 
+use crate::journal::Journal;
+use crate::plan::{Piece, PieceKind, Planner};
 use crate::rate::{HORIZON, RateLimit};
+use crate::verify::{self, Check, VerifyOutcome};
 
 /// How to copy.
 #[derive(Debug, Clone)]
@@ -19,14 +26,19 @@ pub struct CopyOptions {
     /// Largest read or write the engine issues: pieces of the image are
     /// at most this long.
     pub max_request_bytes: u32,
-    /// Compute the sha256 of the whole image (holes as zeroes), in offset order.
+    /// Compute the sha256 of the whole image (holes as zeroes), in offset
+    /// order (`--checksum`).
+    pub checksum: bool,
+    /// After the copy (and its flush), read the destination back and
+    /// compare it with what was read from the source (`--verify`).
     pub verify: bool,
     /// The destination already reads as zeroes: skip holes and zero chunks.
     pub destination_is_zero: bool,
     /// Detect holes (block status) and all-zero chunks and turn them into
     /// zeroing requests instead of data writes.
     pub sparse: bool,
-    /// Flush the destination at the end.
+    /// Flush the destination at the end (and before every journal
+    /// checkpoint), so what is reported copied is on stable storage.
     pub flush: bool,
     /// Upper bound on bytes read but not yet written (memory bound).
     pub max_in_flight_bytes: u64,
@@ -35,7 +47,15 @@ pub struct CopyOptions {
     /// Stop issuing new pieces at this time and finish with what is done
     /// (a time-boxed copy, for benchmarks): the outcome then reports
     /// `complete: false`.
-    pub stop_at: Option<tokio::time::Instant>,
+    pub stop_at: Option<Instant>,
+    /// After a stop or an error, how long pieces in flight may take to
+    /// finish; the rest is abandoned (copied again by a resumed run).
+    pub settle: Duration,
+    /// With a journal: flush and record completed ranges at least this
+    /// often...
+    pub checkpoint_interval: Duration,
+    /// ...and whenever this many bytes completed since the last checkpoint.
+    pub checkpoint_bytes: u64,
     /// Cap on the data moved per second (`--rate`): each data piece starts
     /// when the schedule says.
     pub rate: Option<Arc<RateLimit>>,
@@ -49,13 +69,17 @@ impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
             max_request_bytes: 4 << 20,
+            checksum: false,
             verify: false,
             destination_is_zero: false,
             sparse: true,
-            flush: false,
+            flush: true,
             max_in_flight_bytes: 1 << 30,
             length: None,
             stop_at: None,
+            settle: Duration::from_secs(10),
+            checkpoint_interval: Duration::from_secs(5),
+            checkpoint_bytes: 512 << 20,
             rate: None,
             in_order: false,
         }
@@ -66,7 +90,8 @@ impl Default for CopyOptions {
 /// goodput monitor).
 #[derive(Debug, Default)]
 pub struct Progress {
-    /// Bytes of the image finished (data written, zeroes written or skipped).
+    /// Bytes of the image finished (data written, zeroes written or
+    /// skipped, ranges an earlier run copied).
     pub done: AtomicU64,
     /// Bytes carried as data (read from the source and written to the destination).
     pub data: AtomicU64,
@@ -74,15 +99,17 @@ pub struct Progress {
     pub zeroed: AtomicU64,
     /// Bytes skipped because the destination already reads as zero.
     pub skipped: AtomicU64,
+    /// Bytes an earlier run copied (from the journal), not copied again.
+    pub resumed: AtomicU64,
     /// Total bytes to copy.
     pub total: AtomicU64,
 }
 
 /// What a finished copy did.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CopyOutcome {
     /// Bytes of the image copied: the source size (or `length`) when
-    /// complete, else the contiguous prefix copied before `stop_at`.
+    /// complete, else the contiguous prefix copied when it stopped.
     pub bytes: u64,
     /// Bytes carried as data.
     pub data_bytes: u64,
@@ -90,16 +117,28 @@ pub struct CopyOutcome {
     pub zero_bytes: u64,
     /// Bytes skipped (destination already zero).
     pub skipped_bytes: u64,
+    /// Bytes an earlier run copied (journal), not copied again.
+    pub resumed_bytes: u64,
     /// sha256 (hex) of the image in offset order, holes as zeroes, with
-    /// `verify` (of the copied prefix when stopped early).
+    /// `checksum` (of the copied prefix when stopped early).
     pub sha256: Option<String>,
-    /// Every byte was copied (false when `stop_at` cut the copy short).
+    /// Every byte was copied.
     pub complete: bool,
+    /// The copy was stopped (by `stop_at` or the stop signal) before it
+    /// was complete.
+    pub interrupted: bool,
+    /// The destination was flushed after the last write.
+    pub flushed: bool,
+    /// The most bytes the copy had read and not yet written at once.
+    pub max_in_flight_bytes: u64,
+    /// The read-back, with `verify` (only after a complete copy).
+    pub verify: Option<VerifyOutcome>,
 }
 
 /// A copy that stopped on an error. The destination holds exactly the
 /// pieces that completed: every byte below `contiguous` was copied, and
-/// `written` bytes were copied in all (some beyond `contiguous`).
+/// `written` bytes were copied in all (some beyond `contiguous`); the
+/// journal, if any, holds those that were flushed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{error}")]
 pub struct CopyError {
@@ -109,124 +148,31 @@ pub struct CopyError {
     pub contiguous: u64,
     /// Bytes copied in all.
     pub written: u64,
+    /// The most bytes in flight at once.
+    pub max_in_flight_bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PieceKind {
-    Data,
-    Zero,
-}
-
-/// One unit of work.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Piece {
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) kind: PieceKind,
-}
-
-/// The result of one piece: its payload (for hashing) or that it is zero.
-pub(crate) enum Finished {
-    Data(Bytes),
-    Zero,
-}
-
-/// Plans the source in windows, asking block status when useful.
-struct Planner {
-    size: u64,
-    pos: u64,
-    request: u64,
-    window: u64,
-    use_block_status: bool,
-    pending: std::collections::VecDeque<Piece>,
-}
-
-impl Planner {
-    fn new(size: u64, request: u64, use_block_status: bool) -> Self {
-        Planner {
-            size,
-            pos: 0,
-            request,
-            window: (request * 64).max(256 << 20),
-            use_block_status,
-            pending: Default::default(),
-        }
-    }
-
-    /// Splits `[offset, offset+len)` of `kind` into pieces ending on
-    /// request-size boundaries (so requests stay aligned to block sizes).
-    fn push_run(&mut self, offset: u64, len: u64, kind: PieceKind) {
-        let end = offset + len;
-        let mut pos = offset;
-        // Zero runs need no payload: larger pieces, fewer requests.
-        let step = if kind == PieceKind::Zero { self.request.max(64 << 20) } else { self.request };
-        while pos < end {
-            let boundary = (pos / step + 1) * step;
-            let n = boundary.min(end) - pos;
-            self.pending.push_back(Piece { offset: pos, len: n, kind });
-            pos += n;
-        }
-    }
-
-    async fn next(&mut self, src: &dyn Endpoint) -> Result<Option<Piece>, EndpointError> {
-        loop {
-            if let Some(p) = self.pending.pop_front() {
-                return Ok(Some(p));
-            }
-            if self.pos >= self.size {
-                return Ok(None);
-            }
-            let len = self.window.min(self.size - self.pos);
-            if !self.use_block_status {
-                self.push_run(self.pos, len, PieceKind::Data);
-                self.pos += len;
-                continue;
-            }
-            let extents = src.block_status(self.pos, len).await?;
-            let covered = self.take_extents(&extents, len)?;
-            if covered == 0 {
-                return Err(EndpointError::protocol(
-                    src.name(),
-                    Some(self.pos),
-                    "block status returned no extent for the range",
-                ));
-            }
-            self.pos += covered;
-        }
-    }
-
-    /// Validates extents for the window starting at `self.pos` and turns them
-    /// into pieces; returns the bytes covered.
-    fn take_extents(&mut self, extents: &[Extent], len: u64) -> Result<u64, EndpointError> {
-        let mut at = self.pos;
-        let end = self.pos + len;
-        for e in extents {
-            if e.offset != at || e.length == 0 || e.offset + e.length > end {
-                // Treat a malformed map as data from here: correct, only slower.
-                tracing::warn!("ignoring a malformed block status map at offset {at}: {e:?}");
-                break;
-            }
-            let kind = if e.zero { PieceKind::Zero } else { PieceKind::Data };
-            self.push_run(at, e.length, kind);
-            at += e.length;
-        }
-        Ok(at - self.pos)
-    }
+/// What a piece's task hands back.
+pub(crate) struct Finished {
+    /// Its bytes, for the in-order checksum (`None`: zeroes, or not kept).
+    pub(crate) data: Option<Bytes>,
+    /// What the destination must hold there (with `verify`).
+    pub(crate) check: Option<Check>,
 }
 
 /// Tracks finished pieces in offset order: the contiguous frontier, and
-/// the in-order sha256 when verifying.
+/// the in-order sha256 with `checksum`.
 pub(crate) struct Frontier {
     pub(crate) contiguous: u64,
-    pub(crate) out_of_order: BTreeMap<u64, (u64, Option<Finished>)>,
+    pub(crate) out_of_order: BTreeMap<u64, (u64, Option<Bytes>)>,
     pub(crate) hasher: Option<Sha256>,
 }
 
 static ZEROES: [u8; 1 << 16] = [0u8; 1 << 16];
 
 impl Frontier {
-    pub(crate) fn finish(&mut self, piece: Piece, result: Finished) {
-        let keep = self.hasher.is_some().then_some(result);
+    pub(crate) fn finish(&mut self, piece: Piece, data: Option<Bytes>) {
+        let keep = if self.hasher.is_some() { data } else { None };
         self.out_of_order.insert(piece.offset, (piece.len, keep));
         while let Some(entry) = self.out_of_order.first_entry() {
             if *entry.key() != self.contiguous {
@@ -235,8 +181,8 @@ impl Frontier {
             let (len, data) = entry.remove();
             if let Some(h) = self.hasher.as_mut() {
                 match data {
-                    Some(Finished::Data(b)) => h.update(&b),
-                    _ => {
+                    Some(b) => h.update(&b),
+                    None => {
                         let mut left = len;
                         while left > 0 {
                             let n = left.min(ZEROES.len() as u64) as usize;
@@ -278,29 +224,24 @@ pub(crate) async fn zero_range(
     Ok(())
 }
 
-async fn do_piece(
-    src: Arc<dyn Endpoint>,
-    dst: Arc<dyn Endpoint>,
+/// Zeroes a piece unless the destination is known to be zero.
+async fn zero_piece(
+    dst: &dyn Endpoint,
     piece: Piece,
-    opts: Arc<CopyOptions>,
-    progress: Arc<Progress>,
-    start_at: Option<tokio::time::Instant>,
+    opts: &CopyOptions,
+    progress: &Progress,
 ) -> Result<Finished, EndpointError> {
-    if let Some(t) = start_at {
-        tokio::time::sleep_until(t).await;
+    if opts.destination_is_zero {
+        progress.skipped.fetch_add(piece.len, Ordering::Relaxed);
+    } else {
+        zero_range(dst, piece.offset, piece.len, u64::from(opts.max_request_bytes)).await?;
+        progress.zeroed.fetch_add(piece.len, Ordering::Relaxed);
     }
-    let request = u64::from(opts.max_request_bytes);
-    if piece.kind == PieceKind::Zero {
-        if opts.destination_is_zero {
-            progress.skipped.fetch_add(piece.len, Ordering::Relaxed);
-        } else {
-            zero_range(&*dst, piece.offset, piece.len, request).await?;
-            progress.zeroed.fetch_add(piece.len, Ordering::Relaxed);
-        }
-        progress.done.fetch_add(piece.len, Ordering::Relaxed);
-        return Ok(Finished::Zero);
-    }
-    let data = src.read(piece.offset, piece.len as u32).await?;
+    progress.done.fetch_add(piece.len, Ordering::Relaxed);
+    Ok(Finished { data: None, check: opts.verify.then_some(Check::Zero) })
+}
+
+fn check_len(src: &dyn Endpoint, piece: Piece, data: &Bytes) -> Result<(), EndpointError> {
     if data.len() as u64 != piece.len {
         return Err(EndpointError::protocol(
             src.name(),
@@ -308,38 +249,195 @@ async fn do_piece(
             format!("read returned {} bytes, asked for {}", data.len(), piece.len),
         ));
     }
-    if opts.sparse && is_zero(&data) {
-        if opts.destination_is_zero {
-            progress.skipped.fetch_add(piece.len, Ordering::Relaxed);
-        } else {
-            zero_range(&*dst, piece.offset, piece.len, request).await?;
-            progress.zeroed.fetch_add(piece.len, Ordering::Relaxed);
-        }
-        progress.done.fetch_add(piece.len, Ordering::Relaxed);
-        return Ok(Finished::Zero);
+    Ok(())
+}
+
+async fn do_piece(
+    src: Arc<dyn Endpoint>,
+    dst: Arc<dyn Endpoint>,
+    piece: Piece,
+    opts: Arc<CopyOptions>,
+    progress: Arc<Progress>,
+    start_at: Option<Instant>,
+) -> Result<Finished, EndpointError> {
+    if let Some(t) = start_at {
+        tokio::time::sleep_until(t).await;
     }
+    match piece.kind {
+        PieceKind::Zero => return zero_piece(&*dst, piece, &opts, &progress).await,
+        PieceKind::Done => {
+            // Copied by an earlier run: read only to hash it in order.
+            let data = if opts.checksum {
+                let d = src.read(piece.offset, piece.len as u32).await?;
+                check_len(&*src, piece, &d)?;
+                Some(d)
+            } else {
+                None
+            };
+            progress.resumed.fetch_add(piece.len, Ordering::Relaxed);
+            progress.done.fetch_add(piece.len, Ordering::Relaxed);
+            return Ok(Finished { data, check: opts.verify.then_some(Check::Source) });
+        }
+        PieceKind::Data => {}
+    }
+    let data = src.read(piece.offset, piece.len as u32).await?;
+    check_len(&*src, piece, &data)?;
+    if opts.sparse && is_zero(&data) {
+        return zero_piece(&*dst, piece, &opts, &progress).await;
+    }
+    let check = opts.verify.then(|| Check::Sha256(verify::digest(&data)));
     dst.write(piece.offset, data.clone(), false).await?;
     progress.data.fetch_add(piece.len, Ordering::Relaxed);
     progress.done.fetch_add(piece.len, Ordering::Relaxed);
-    Ok(Finished::Data(data))
+    Ok(Finished { data: opts.checksum.then_some(data), check })
 }
 
-/// How long a failed copy waits for pieces already in flight.
-const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+/// A checkpoint's flush running, with the ranges it covers.
+type CheckpointTask = tokio::task::JoinHandle<Flushed>;
+/// The ranges a checkpoint's flush covers, and how it went.
+type Flushed = (Vec<(u64, u64)>, Result<(), EndpointError>);
+/// What a piece's task hands back.
+type PieceResult = (Piece, Result<Finished, EndpointError>);
 
-/// After a failure: collects the pieces still in flight for up to
-/// [`SETTLE`], then abandons the rest.
-pub(crate) async fn settle(
-    tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>,
-    frontier: &mut Frontier,
-) {
-    let deadline = tokio::time::Instant::now() + SETTLE;
+/// What the loop owns besides the pieces in flight.
+struct Books {
+    frontier: Frontier,
+    /// Pieces written this run and not yet in the journal.
+    unjournaled: Vec<(u64, u64)>,
+    unjournaled_bytes: u64,
+    /// What the destination must hold, by piece (with `verify`).
+    checks: BTreeMap<u64, (u64, Check)>,
+    in_flight_bytes: u64,
+    max_in_flight_bytes: u64,
+    /// A flush running for a checkpoint, and the ranges it covers.
+    checkpoint: Option<CheckpointTask>,
+    last_checkpoint: Instant,
+}
+
+impl Books {
+    fn finish(&mut self, piece: Piece, done: Finished) {
+        if let Some(c) = done.check {
+            self.checks.insert(piece.offset, (piece.len, c));
+        }
+        if piece.kind != PieceKind::Done {
+            self.unjournaled.push((piece.offset, piece.len));
+            self.unjournaled_bytes += piece.len;
+        }
+        self.frontier.finish(piece, done.data);
+    }
+
+    /// Starts a checkpoint (flush, then journal) when one is due.
+    fn maybe_checkpoint(&mut self, dst: &Arc<dyn Endpoint>, opts: &CopyOptions, has_journal: bool) {
+        let due = self.unjournaled_bytes >= opts.checkpoint_bytes
+            || (self.unjournaled_bytes > 0 && self.last_checkpoint.elapsed() >= opts.checkpoint_interval);
+        if !has_journal || self.checkpoint.is_some() || !due {
+            return;
+        }
+        let ranges = std::mem::take(&mut self.unjournaled);
+        self.unjournaled_bytes = 0;
+        self.last_checkpoint = Instant::now();
+        let (dst, flush) = (Arc::clone(dst), opts.flush);
+        self.checkpoint = Some(tokio::spawn(async move {
+            let r = if flush { dst.flush().await } else { Ok(()) };
+            (ranges, r)
+        }));
+    }
+}
+
+/// Records flushed ranges in the journal.
+fn journal_record(
+    journal: &mut Option<&mut Journal>,
+    ranges: &[(u64, u64)],
+    dst: &dyn Endpoint,
+) -> Result<(), EndpointError> {
+    match journal {
+        Some(j) => j.record(ranges).map_err(|e| EndpointError::io(dst.name(), None, e)),
+        None => Ok(()),
+    }
+}
+
+/// Waits for the running checkpoint, if any, and journals its ranges.
+async fn finish_checkpoint(
+    books: &mut Books,
+    journal: &mut Option<&mut Journal>,
+    dst: &dyn Endpoint,
+) -> Result<(), EndpointError> {
+    let Some(h) = books.checkpoint.take() else { return Ok(()) };
+    match h.await {
+        Ok((ranges, Ok(()))) => journal_record(journal, &ranges, dst),
+        Ok((_, Err(e))) => Err(e),
+        Err(e) => Err(EndpointError::io(dst.name(), None, format!("checkpoint task failed: {e}"))),
+    }
+}
+
+/// Lets the pieces in flight finish for up to `settle`, then abandons the
+/// rest (they were not journaled: a resumed run copies them again).
+async fn settle(tasks: &mut JoinSet<PieceResult>, books: &mut Books, settle: Duration) {
+    let deadline = Instant::now() + settle;
     while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-        if let Ok((piece, Ok(done))) = joined {
-            frontier.finish(piece, done);
+        if let Ok((piece, r)) = joined {
+            if piece.kind == PieceKind::Data
+                || (piece.kind == PieceKind::Done && books.frontier.hasher.is_some())
+            {
+                books.in_flight_bytes -= piece.len;
+            }
+            if let Ok(done) = r {
+                books.finish(piece, done);
+            }
         }
     }
+    if !tasks.is_empty() {
+        tracing::warn!("abandoning {} requests still in flight after {settle:?}", tasks.len());
+    }
     tasks.abort_all();
+}
+
+/// The last checkpoint: flush what completed, journal it. After an error
+/// it is `bounded` (by `settle`, at least 30 s).
+async fn last_checkpoint(
+    books: &mut Books,
+    journal: &mut Option<&mut Journal>,
+    dst: &Arc<dyn Endpoint>,
+    opts: &CopyOptions,
+    bounded: bool,
+) -> Result<bool, EndpointError> {
+    let work = async {
+        finish_checkpoint(books, journal, &**dst).await?;
+        if opts.flush {
+            dst.flush().await?;
+        }
+        let ranges = std::mem::take(&mut books.unjournaled);
+        books.unjournaled_bytes = 0;
+        journal_record(journal, &ranges, &**dst)?;
+        Ok(opts.flush)
+    };
+    if !bounded {
+        return work.await;
+    }
+    match tokio::time::timeout(opts.settle.max(Duration::from_secs(30)), work).await {
+        Ok(r) => r,
+        Err(_) => Err(EndpointError::io(dst.name(), None, "the last flush did not finish in time")),
+    }
+}
+
+/// What woke the copy loop.
+enum Next {
+    Joined(Result<PieceResult, tokio::task::JoinError>),
+    Checkpoint(Result<Flushed, tokio::task::JoinError>),
+    Stop(bool),
+    Timer,
+}
+
+/// Controls of a running copy besides its options.
+#[derive(Default)]
+pub struct Control<'a> {
+    /// Turns true to stop the copy: no new pieces are issued, those in
+    /// flight get [`CopyOptions::settle`] to finish, what completed is
+    /// flushed and journaled, and the outcome says `interrupted`.
+    pub stop: Option<watch::Receiver<bool>>,
+    /// The resume journal: its ranges are not copied again, and ranges
+    /// completed now are recorded in it once flushed.
+    pub journal: Option<&'a mut Journal>,
 }
 
 /// Copies all of `src` (or its first `opts.length` bytes) to the same
@@ -353,61 +451,80 @@ pub(crate) async fn settle(
 /// The first failing request, with how much of the destination is complete.
 /// # Cancel safety
 /// Dropping the future stops issuing new requests; requests already sent
-/// complete or fail on their own.
+/// complete or fail on their own. Use [`Control::stop`] to stop cleanly.
 pub async fn copy(
     src: Arc<dyn Endpoint>,
     dst: Arc<dyn Endpoint>,
     opts: CopyOptions,
     progress: Arc<Progress>,
     slots: impl Fn() -> usize,
+    control: Control<'_>,
 ) -> Result<CopyOutcome, CopyError> {
+    let Control { mut stop, mut journal } = control;
     let size = opts.length.map_or(src.size(), |l| l.min(src.size()));
     progress.total.store(size, Ordering::Relaxed);
-    let fail = |error: EndpointError, f: &Frontier, p: &Progress| CopyError {
-        error,
-        contiguous: f.contiguous,
-        written: p.done.load(Ordering::Relaxed),
+    let mut books = Books {
+        frontier: Frontier {
+            contiguous: 0,
+            out_of_order: BTreeMap::new(),
+            hasher: opts.checksum.then(Sha256::new),
+        },
+        unjournaled: Vec::new(),
+        unjournaled_bytes: 0,
+        checks: BTreeMap::new(),
+        in_flight_bytes: 0,
+        max_in_flight_bytes: 0,
+        checkpoint: None,
+        last_checkpoint: Instant::now(),
     };
-    let mut frontier =
-        Frontier { contiguous: 0, out_of_order: BTreeMap::new(), hasher: opts.verify.then(Sha256::new) };
+    let fail = |error: EndpointError, b: &Books, p: &Progress| CopyError {
+        error,
+        contiguous: b.frontier.contiguous,
+        written: p.done.load(Ordering::Relaxed) - p.resumed.load(Ordering::Relaxed),
+        max_in_flight_bytes: b.max_in_flight_bytes,
+    };
     if dst.size() < size {
-        return Err(fail(
-            EndpointError::config(
-                dst.name(),
-                None,
-                format!("destination is {} bytes, smaller than the source ({size} bytes)", dst.size()),
-            ),
-            &frontier,
-            &progress,
-        ));
+        let e = EndpointError::config(
+            dst.name(),
+            None,
+            format!("destination is {} bytes, smaller than the source ({size} bytes)", dst.size()),
+        );
+        return Err(fail(e, &books, &progress));
     }
     let request = u64::from(opts.max_request_bytes.max(1));
     let use_bs = opts.sparse && src.capabilities().can_block_status;
-    let mut planner = Planner::new(size, request, use_bs);
+    let done_before = journal.as_ref().map(|j| j.done().clone()).unwrap_or_default();
+    let mut planner = Planner::new(size, request, use_bs, done_before, opts.checksum || opts.verify);
     let opts = Arc::new(opts);
-    let mut tasks: JoinSet<(Piece, Result<Finished, EndpointError>)> = JoinSet::new();
-    let mut in_flight_bytes = 0u64;
+    let has_journal = journal.is_some();
+    let mut tasks: JoinSet<PieceResult> = JoinSet::new();
     let mut planned_end = 0u64;
     let mut exhausted = false;
+    let mut interrupted = false;
+    let counts = |p: &Piece| p.kind == PieceKind::Data || (p.kind == PieceKind::Done && opts.checksum);
     loop {
+        if opts.stop_at.is_some_and(|t| Instant::now() >= t) || stop.as_ref().is_some_and(|s| *s.borrow()) {
+            if !exhausted {
+                interrupted = true;
+            }
+            exhausted = true;
+        }
         // Fill: keep every slot busy (and one spare each), within the memory
         // bound and, when hashing, within a window past the hash frontier.
         let target = slots().max(1) * 2;
-        if opts.stop_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
-            exhausted = true;
-        }
         let booked = |o: &CopyOptions| o.rate.as_ref().is_some_and(|r| r.ahead() >= HORIZON);
         while !exhausted
             && !booked(&opts)
             && tasks.len() < target
-            && in_flight_bytes < opts.max_in_flight_bytes
-            && (!(opts.verify || opts.in_order)
-                || planned_end < frontier.contiguous + opts.max_in_flight_bytes)
+            && books.in_flight_bytes < opts.max_in_flight_bytes
+            && (!(opts.checksum || opts.in_order)
+                || planned_end < books.frontier.contiguous + opts.max_in_flight_bytes)
         {
             match planner.next(&*src).await {
                 Ok(Some(p)) => {
-                    if p.kind == PieceKind::Data {
-                        in_flight_bytes += p.len;
+                    if counts(&p) {
+                        books.in_flight_bytes += p.len;
+                        books.max_in_flight_bytes = books.max_in_flight_bytes.max(books.in_flight_bytes);
                     }
                     planned_end = p.offset + p.len;
                     let start_at =
@@ -418,8 +535,9 @@ pub async fn copy(
                 }
                 Ok(None) => exhausted = true,
                 Err(e) => {
-                    tasks.abort_all();
-                    return Err(fail(e, &frontier, &progress));
+                    settle(&mut tasks, &mut books, opts.settle).await;
+                    let _ = last_checkpoint(&mut books, &mut journal, &dst, &opts, true).await;
+                    return Err(fail(e, &books, &progress));
                 }
             }
         }
@@ -428,41 +546,105 @@ pub async fn copy(
             tokio::time::sleep(opts.rate.as_ref().map_or(Duration::ZERO, |r| r.ahead() - HORIZON)).await;
             continue;
         }
-        let Some(joined) = tasks.join_next().await else { break };
+        if interrupted && !tasks.is_empty() {
+            settle(&mut tasks, &mut books, opts.settle).await;
+        }
+        let next = tokio::select! {
+            j = tasks.join_next() => match j { Some(j) => Next::Joined(j), None => break },
+            r = async { books.checkpoint.as_mut().expect("guarded").await }, if books.checkpoint.is_some() => {
+                Next::Checkpoint(r)
+            }
+            r = async { stop.as_mut().expect("guarded").changed().await }, if stop.is_some() && !exhausted => {
+                Next::Stop(r.is_ok())
+            }
+            _ = tokio::time::sleep_until(opts.stop_at.unwrap_or_else(Instant::now)), if opts.stop_at.is_some() && !exhausted => {
+                Next::Timer
+            }
+        };
+        let joined = match next {
+            Next::Joined(j) => j,
+            Next::Checkpoint(r) => {
+                books.checkpoint = None;
+                let r = match r {
+                    Ok((ranges, Ok(()))) => journal_record(&mut journal, &ranges, &*dst),
+                    Ok((_, Err(e))) => Err(e),
+                    Err(e) => {
+                        Err(EndpointError::io(dst.name(), None, format!("checkpoint task failed: {e}")))
+                    }
+                };
+                if let Err(e) = r {
+                    settle(&mut tasks, &mut books, opts.settle).await;
+                    return Err(fail(e, &books, &progress));
+                }
+                continue;
+            }
+            Next::Stop(alive) => {
+                if !alive {
+                    // Nobody can ask to stop any more.
+                    stop = None;
+                }
+                continue;
+            }
+            Next::Timer => continue,
+        };
         let (piece, result) = match joined {
             Ok(r) => r,
             Err(e) => {
-                tasks.abort_all();
+                settle(&mut tasks, &mut books, opts.settle).await;
                 let err = EndpointError::io(dst.name(), None, format!("copy task failed: {e}"));
-                return Err(fail(err, &frontier, &progress));
+                return Err(fail(err, &books, &progress));
             }
         };
-        if piece.kind == PieceKind::Data {
-            in_flight_bytes -= piece.len;
+        if counts(&piece) {
+            books.in_flight_bytes -= piece.len;
         }
         match result {
-            Ok(done) => frontier.finish(piece, done),
+            Ok(done) => {
+                books.finish(piece, done);
+                books.maybe_checkpoint(&dst, &opts, has_journal);
+            }
             Err(e) => {
                 // Stop issuing; let pieces already under way finish (their
                 // data may be read and only waiting to be written) so the
-                // destination and the report hold everything that arrived.
-                settle(&mut tasks, &mut frontier).await;
-                return Err(fail(e.at(piece.offset), &frontier, &progress));
+                // destination, the journal and the report hold everything
+                // that arrived.
+                settle(&mut tasks, &mut books, opts.settle).await;
+                if let Err(f) = last_checkpoint(&mut books, &mut journal, &dst, &opts, true).await {
+                    tracing::warn!("after the error, flushing what was copied failed too: {f}");
+                }
+                return Err(fail(e.at(piece.offset), &books, &progress));
             }
         }
     }
-    if opts.flush
-        && let Err(e) = dst.flush().await
-    {
-        return Err(fail(e, &frontier, &progress));
-    }
+    let flushed = match last_checkpoint(&mut books, &mut journal, &dst, &opts, interrupted).await {
+        Ok(f) => f,
+        Err(e) => return Err(fail(e, &books, &progress)),
+    };
+    let complete = books.frontier.contiguous == size;
+    let verify = if opts.verify && complete {
+        match verify::verify(Arc::clone(&src), Arc::clone(&dst), &books.checks, request, || {
+            slots().max(1) * 2
+        })
+        .await
+        {
+            Ok(v) => Some(v),
+            Err(e) => return Err(fail(e, &books, &progress)),
+        }
+    } else {
+        None
+    };
     Ok(CopyOutcome {
-        complete: frontier.contiguous == size,
-        bytes: frontier.contiguous,
+        complete,
+        interrupted: interrupted && !complete,
+        bytes: books.frontier.contiguous,
         data_bytes: progress.data.load(Ordering::Relaxed),
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
-        sha256: frontier.hasher.map(|h| hex::encode(h.finalize())),
+        resumed_bytes: progress.resumed.load(Ordering::Relaxed),
+        sha256: books.frontier.hasher.take().map(|h| hex::encode(h.finalize())),
+        flushed,
+        max_in_flight_bytes: books.max_in_flight_bytes,
+        verify,
     })
 }
 
@@ -483,33 +665,135 @@ mod tests {
         assert!(is_zero(&[]));
     }
 
-    #[test]
-    fn planner_aligns_pieces_to_request_boundaries() {
-        let mut p = Planner::new(10 << 20, 1 << 20, false);
-        p.push_run(1000, 3 << 20, PieceKind::Data);
-        let pieces: Vec<_> = p.pending.iter().map(|p| (p.offset, p.len)).collect();
-        assert_eq!(pieces[0], (1000, (1 << 20) - 1000));
-        assert!(pieces[1..].iter().all(|(o, _)| o % (1 << 20) == 0));
-        assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), 3 << 20);
+    fn source() -> Arc<MemoryEndpoint> {
+        Arc::new(MemoryEndpoint::new("src", 40 << 20, Fill::Zero))
+    }
+
+    async fn fill(src: &MemoryEndpoint) -> Bytes {
+        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8 + 1).collect();
+        src.write(5 << 20, Bytes::from(data), false).await.unwrap();
+        src.write(30 << 20, Bytes::from(vec![0u8; 1 << 20]), false).await.unwrap(); // allocated zeroes
+        src.read(0, 40 << 20).await.unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn copies_memory_to_memory_with_hash_and_holes() {
-        let src = Arc::new(MemoryEndpoint::new("src", 40 << 20, Fill::Zero));
-        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8 + 1).collect();
-        src.write(5 << 20, Bytes::from(data.clone()), false).await.unwrap();
-        src.write(30 << 20, Bytes::from(vec![0u8; 1 << 20]), false).await.unwrap(); // allocated zeroes
+        let src = source();
+        let expect = fill(&src).await;
         let dst = Arc::new(MemoryEndpoint::new("dst", 40 << 20, Fill::Random { seed: 1 }));
         let progress = Arc::new(Progress::default());
-        let opts = CopyOptions { max_request_bytes: 1 << 20, verify: true, ..Default::default() };
-        let out = copy(src.clone(), dst.clone(), opts, progress, || 4).await.unwrap();
+        let opts =
+            CopyOptions { max_request_bytes: 1 << 20, checksum: true, verify: true, ..Default::default() };
+        let out = copy(src.clone(), dst.clone(), opts, progress, || 4, Control::default()).await.unwrap();
         assert_eq!(out.bytes, 40 << 20);
-        assert!(out.complete);
+        assert!(out.complete && out.flushed && !out.interrupted);
         assert_eq!(out.data_bytes, 3 << 20);
         assert_eq!(out.zero_bytes, 37 << 20);
         let whole = dst.read(0, 40 << 20).await.unwrap();
-        let expect = src.read(0, 40 << 20).await.unwrap();
         assert!(whole == expect);
         assert_eq!(out.sha256.unwrap(), hex::encode(Sha256::digest(&expect)));
+        let v = out.verify.unwrap();
+        assert_eq!((v.checked_bytes, v.first_bad_offset), (40 << 20, None));
+    }
+
+    /// A destination that changes one byte of every write at `bad`.
+    struct Corrupting {
+        inner: MemoryEndpoint,
+        bad: u64,
+    }
+
+    #[async_trait::async_trait]
+    impl Endpoint for Corrupting {
+        fn name(&self) -> &str {
+            "corrupting"
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
+            self.inner.capabilities()
+        }
+        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<Bytes> {
+            self.inner.read(offset, len).await
+        }
+        async fn write(&self, offset: u64, data: Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
+            let mut v = data.to_vec();
+            if (offset..offset + v.len() as u64).contains(&self.bad) {
+                v[(self.bad - offset) as usize] ^= 0x20;
+            }
+            self.inner.write(offset, Bytes::from(v), fua).await
+        }
+        async fn write_zeroes(&self, offset: u64, len: u64, t: bool) -> wanblk_blockdev::Result<()> {
+            self.inner.write_zeroes(offset, len, t).await
+        }
+        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
+            self.inner.trim(offset, len).await
+        }
+        async fn flush(&self) -> wanblk_blockdev::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_names_the_first_bad_byte() {
+        let src = source();
+        fill(&src).await;
+        let bad = (6 << 20) + 12345;
+        let dst = Arc::new(Corrupting { inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero), bad });
+        let opts = CopyOptions { max_request_bytes: 1 << 20, verify: true, ..Default::default() };
+        let out = copy(src, dst, opts, Arc::default(), || 4, Control::default()).await.unwrap();
+        assert_eq!(out.verify.unwrap().first_bad_offset, Some(bad));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_journaled_copy_resumes_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let src = source();
+        let expect = fill(&src).await;
+        let dst = Arc::new(MemoryEndpoint::new("dst", 40 << 20, Fill::Zero));
+        let id = crate::journal::Identity {
+            source: crate::journal::StoreIdentity { name: "src".into(), size: 40 << 20, serial: None },
+            destination: crate::journal::StoreIdentity { name: "dst".into(), size: 40 << 20, serial: None },
+            bytes: 40 << 20,
+            sample_sha256: String::new(),
+        };
+        let mut j = Journal::create(&path, id).unwrap();
+        // Stopped at once: nothing or little copied, and journaled.
+        let (tx, rx) = watch::channel(true);
+        let opts = CopyOptions { max_request_bytes: 1 << 20, sparse: false, ..Default::default() };
+        let out = copy(
+            src.clone(),
+            dst.clone(),
+            opts.clone(),
+            Arc::default(),
+            || 2,
+            Control { stop: Some(rx), journal: Some(&mut j) },
+        )
+        .await
+        .unwrap();
+        assert!(out.interrupted && !out.complete);
+        drop(tx);
+        // Pretend an earlier run copied [0, 20 MiB): the rerun must not write it.
+        j.record(&[(0, 20 << 20)]).unwrap();
+        dst.write_zeroes(0, 20 << 20, false).await.unwrap();
+        let out = copy(
+            src.clone(),
+            dst.clone(),
+            CopyOptions { checksum: true, ..opts },
+            Arc::default(),
+            || 2,
+            Control { stop: None, journal: Some(&mut j) },
+        )
+        .await
+        .unwrap();
+        assert!(out.complete);
+        assert_eq!(out.resumed_bytes, 20 << 20);
+        assert_eq!(out.data_bytes, 20 << 20);
+        // The checksum covers the whole source, journaled part included.
+        assert_eq!(out.sha256.unwrap(), hex::encode(Sha256::digest(&expect)));
+        assert_eq!(j.done().bytes(), 40 << 20);
+        let got = dst.read(20 << 20, 20 << 20).await.unwrap();
+        assert!(got == expect.slice(20 << 20..));
     }
 }

@@ -267,12 +267,14 @@ fn write_line(out: &mut dyn Write, mode: Mode, line: &Line) -> bool {
 
 impl Reporter {
     /// Starts showing `progress` on `display`; `phase` says what the copy
-    /// does, `active` the active sessions per store.
+    /// does, `active` the active sessions per store, `status` what went
+    /// wrong so far (empty when nothing did; shown on the bar).
     pub fn start(
         display: Display,
         progress: Arc<Progress>,
         phase: Arc<PhaseCell>,
         active: impl Fn() -> usize + Send + Sync + 'static,
+        status: impl Fn() -> String + Send + 'static,
     ) -> Reporter {
         let active: Arc<dyn Fn() -> usize + Send + Sync> = Arc::new(active);
         let meter = Arc::new(std::sync::Mutex::new(Meter::new(Instant::now())));
@@ -300,7 +302,9 @@ impl Reporter {
                             .recent_mbps(Instant::now(), p.data.load(Ordering::Relaxed));
                         b.set_length(p.total.load(Ordering::Relaxed));
                         b.set_position(p.done.load(Ordering::Relaxed));
-                        b.set_message(format!("{mbps:.1} Mbit/s N={}", a()));
+                        let status = status();
+                        let sep = if status.is_empty() { "" } else { " " };
+                        b.set_message(format!("{mbps:.1} Mbit/s N={}{sep}{status}", a()));
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
                             _ = &mut stopped => return None,
@@ -438,6 +442,7 @@ mod tests {
             Arc::clone(&p),
             Arc::clone(&phase),
             || 2,
+            String::new,
         );
         for i in 1..=3u64 {
             p.done.store(i * 100, Ordering::Relaxed);

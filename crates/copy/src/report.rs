@@ -29,6 +29,10 @@
 //!   (bytes moved over time). The demand-vs-capacity view is `busy` and
 //!   `demand_limited` per sample against `capacity_mbps`, with
 //!   `demand_limited_s` in all.
+//! - **5**: `sha256` is written with `--checksum` (it was `--verify`);
+//!   adds `resumed_bytes`, `interrupted`, `flushed`,
+//!   `max_in_flight_bytes`, `verify` (the read-back), `faults` (what went
+//!   wrong on the way and was survived) and `journal`.
 
 use serde::{Deserialize, Serialize};
 
@@ -42,7 +46,7 @@ pub use wanblk_tune::Timing;
 pub use wanblk_tune::TuningReport;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Everything a finished (or failed) copy reports.
 ///
@@ -82,11 +86,29 @@ pub struct Report {
     pub samples: Vec<Sample>,
     /// Per network store (empty without one): what each session carried.
     pub stores: Vec<StoreReport>,
-    /// sha256 of the image in offset order (holes hashed as zeroes), with `--verify`.
+    /// sha256 of the image in offset order (holes hashed as zeroes), with `--checksum`.
     #[serde(deserialize_with = "Option::deserialize")]
     pub sha256: Option<String>,
-    /// Every byte was copied (false after `--stop-after` or an error).
+    /// Every byte was copied (false after `--stop-after`, an interruption
+    /// or an error).
     pub complete: bool,
+    /// Bytes an earlier run copied (from the journal), not copied again.
+    pub resumed_bytes: u64,
+    /// Stopped before the end (a signal, or `--stop-after`).
+    pub interrupted: bool,
+    /// The destination was flushed to stable storage after the last write.
+    pub flushed: bool,
+    /// The most bytes read and not yet written at once: what an
+    /// interrupted run may have to send again when resumed.
+    pub max_in_flight_bytes: u64,
+    /// The read-back of the destination, with `--verify`.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub verify: Option<crate::VerifyOutcome>,
+    /// What went wrong on the way and was survived.
+    pub faults: Faults,
+    /// The resume journal (removed when the copy completes).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub journal: Option<String>,
     /// The tuner's record with `--connections auto`.
     #[serde(deserialize_with = "Option::deserialize")]
     pub tuning: Option<TuningReport>,
@@ -119,6 +141,29 @@ pub struct StoreReport {
     pub session_bytes: Vec<u64>,
     /// Sessions retired after their connection failed.
     pub failed_sessions: usize,
+}
+
+/// Faults a copy survived: sessions that failed and were replaced,
+/// requests issued again, time without any session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Faults {
+    /// Sessions that failed (connection lost or stuck past the request
+    /// deadline) and were replaced.
+    pub reconnects: u64,
+    /// Requests issued again: after their session failed, after their
+    /// deadline, after a transient server error, or as the duplicate of a
+    /// straggling request on an idle session.
+    pub retried_requests: u64,
+    /// Transient server errors (EIO, ESHUTDOWN, BUSY, TASK SET FULL, UNIT
+    /// ATTENTION...) that were retried.
+    pub transient_errors: u64,
+    /// Requests that passed their deadline (`--io-timeout`).
+    pub timeouts: u64,
+    /// Bytes of acknowledged writes sent again because the session that
+    /// carried them failed before a flush covered them.
+    pub resent_bytes: u64,
+    /// Seconds a store had no working session (waiting to reconnect).
+    pub outage_s: f64,
 }
 
 /// A report that cannot be read as this build's [`Report`].
@@ -217,6 +262,13 @@ mod tests {
             }],
             sha256: None,
             complete: true,
+            resumed_bytes: 0,
+            interrupted: false,
+            flushed: true,
+            max_in_flight_bytes: 64 << 20,
+            verify: None,
+            faults: Faults { reconnects: 2, outage_s: 5.5, ..Faults::default() },
+            journal: None,
             tuning: None,
             timing: Some(Timing {
                 time_to_95pct_s: Some(1.2),
@@ -257,14 +309,17 @@ mod tests {
         v["schema_version"] = 3.into();
         let e = read(&v).unwrap_err().to_string();
         assert!(e.contains("version 3") && e.contains("older wanblk"), "{e}");
-        v["schema_version"] = 5.into();
+        v["schema_version"] = 4.into();
         let e = read(&v).unwrap_err().to_string();
-        assert!(e.contains("version 5") && e.contains("newer wanblk"), "{e}");
+        assert!(e.contains("version 4") && e.contains("older wanblk"), "{e}");
+        v["schema_version"] = 6.into();
+        let e = read(&v).unwrap_err().to_string();
+        assert!(e.contains("version 6") && e.contains("newer wanblk"), "{e}");
     }
 
     #[test]
     fn a_missing_or_wrong_field_is_named() {
-        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores", "timing", "progress"] {
+        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores", "timing", "progress", "faults", "verify", "journal"] {
             let mut v = json(&report());
             v.as_object_mut().unwrap().remove(field);
             let e = read(&v).unwrap_err().to_string();

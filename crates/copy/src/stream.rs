@@ -18,10 +18,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinSet;
 use wanblk_blockdev::{Endpoint, EndpointError};
 
-use crate::engine::{
-    CopyError, CopyOptions, CopyOutcome, Finished, Frontier, Piece, PieceKind, Progress, is_zero, settle,
-    zero_range,
-};
+use crate::engine::{CopyError, CopyOptions, CopyOutcome, Finished, Frontier, Progress, is_zero, zero_range};
+use crate::plan::{Piece, PieceKind};
 use crate::rate::HORIZON;
 
 /// Reads up to `len` bytes, fewer only at the end of the input.
@@ -60,9 +58,27 @@ async fn write_piece(
             dst.write(piece.offset, data, false).await?;
             progress.data.fetch_add(piece.len, Ordering::Relaxed);
         }
+        // A stream has no journal: nothing was copied before.
+        PieceKind::Done => {}
     }
     progress.done.fetch_add(piece.len, Ordering::Relaxed);
-    Ok(Finished::Zero)
+    // The input is hashed as it is read, not here.
+    Ok(Finished { data: None, check: None })
+}
+
+/// How long a failed stream copy waits for the writes already in flight.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// After a failure: collects the writes still in flight for up to
+/// [`SETTLE`], then abandons the rest.
+async fn settle(tasks: &mut JoinSet<(Piece, Result<Finished, EndpointError>)>, frontier: &mut Frontier) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        if let Ok((piece, Ok(done))) = joined {
+            frontier.finish(piece, done.data);
+        }
+    }
+    tasks.abort_all();
 }
 
 /// Copies `input` (named `name` in errors) to the start of `dst`, in
@@ -91,11 +107,13 @@ pub async fn copy_from_stream<R: AsyncRead + Unpin>(
     let limit = opts.length.map_or(dst.size(), |l| l.min(dst.size()));
     progress.total.store(limit, Ordering::Relaxed);
     let mut frontier = Frontier { contiguous: 0, out_of_order: BTreeMap::new(), hasher: None };
-    let mut hasher = opts.verify.then(Sha256::new);
+    let mut hasher = opts.checksum.then(Sha256::new);
     let fail = |error: EndpointError, f: &Frontier, p: &Progress| CopyError {
         error,
         contiguous: f.contiguous,
         written: p.done.load(Ordering::Relaxed),
+        // Not tracked: a stream cannot be resumed.
+        max_in_flight_bytes: 0,
     };
     let request = u64::from(opts.max_request_bytes.max(1));
     let opts = Arc::new(opts);
@@ -158,7 +176,7 @@ pub async fn copy_from_stream<R: AsyncRead + Unpin>(
         };
         in_flight_bytes -= piece.len;
         match result {
-            Ok(done) => frontier.finish(piece, done),
+            Ok(done) => frontier.finish(piece, done.data),
             Err(e) => {
                 settle(&mut tasks, &mut frontier).await;
                 return Err(fail(e.at(piece.offset), &frontier, &progress));
@@ -184,13 +202,19 @@ pub async fn copy_from_stream<R: AsyncRead + Unpin>(
         return Err(fail(e, &frontier, &progress));
     }
     progress.total.store(pos, Ordering::Relaxed);
+    let complete = !stopped && frontier.contiguous == pos;
     Ok(CopyOutcome {
-        complete: !stopped && frontier.contiguous == pos,
+        complete,
+        interrupted: stopped && !complete,
         bytes: frontier.contiguous,
         data_bytes: progress.data.load(Ordering::Relaxed),
         zero_bytes: progress.zeroed.load(Ordering::Relaxed),
         skipped_bytes: progress.skipped.load(Ordering::Relaxed),
+        resumed_bytes: 0,
         sha256: hasher.map(|h| hex::encode(h.finalize())),
+        flushed: opts.flush,
+        max_in_flight_bytes: 0,
+        verify: None,
     })
 }
 
@@ -201,7 +225,7 @@ mod tests {
     use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 
     fn opts() -> CopyOptions {
-        CopyOptions { max_request_bytes: 1 << 16, verify: true, ..CopyOptions::default() }
+        CopyOptions { max_request_bytes: 1 << 16, checksum: true, ..CopyOptions::default() }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
