@@ -80,6 +80,22 @@ impl Peer {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// Kills the process at once (SIGKILL, as a crash would end it) and
+    /// reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `sig` to the process (e.g. SIGINT, SIGSTOP).
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            signal(c.id(), sig);
+        }
+    }
+
     /// Stops the process now (SIGTERM, then SIGKILL after 5 s) and reaps it.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };

@@ -58,6 +58,22 @@ pub fn nbdkit(dir: &Path, args: &[&str]) -> (Peer, String) {
     (peer, format!("nbd+unix:///?socket={}", sock.display()))
 }
 
+/// nbdkit in the foreground on TCP port `port` of 127.0.0.1, with plugin
+/// `args`; returns the guard and the URI `nbd://127.0.0.1:PORT/`. A test
+/// that kills it can start another on the same port (clients reconnect to
+/// the same URI).
+pub fn nbdkit_tcp(port: u16, args: &[&str]) -> (Peer, String) {
+    require_tool("nbdkit", "nbdkit");
+    let peer = Peer::spawn(
+        "nbdkit",
+        Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(args),
+    );
+    wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10));
+    (peer, format!("nbd://127.0.0.1:{port}/"))
+}
+
 /// qemu-nbd serving a raw `file` on a Unix socket in `dir`, to up to 64
 /// clients at once, persistent (`-t`).
 pub fn qemu_nbd(dir: &Path, file: &Path) -> (Peer, String) {

@@ -282,6 +282,28 @@ pub(crate) fn part_path(p: &Path) -> PathBuf {
     p.with_file_name(name)
 }
 
+/// The location is a file that does not exist yet: a copy writes it as
+/// `.wanblk-part` and renames it when complete.
+pub(crate) fn is_new_file(loc: &Location) -> bool {
+    matches!(loc, Location::File(p) if matches!(std::fs::metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound))
+}
+
+/// Reopens the `.wanblk-part` file of a new destination `p` that an
+/// earlier, interrupted copy of `size` bytes left behind; `None` if it is
+/// not there (or not of that size).
+pub(crate) fn reopen_part(p: &Path, size: u64) -> anyhow::Result<Option<Opened>> {
+    let part = part_path(p);
+    match std::fs::metadata(&part) {
+        Ok(m) if m.is_file() && m.len() == size => {
+            let ep = FileEndpoint::open(&part, true)?;
+            let mut o = Opened::plain(Arc::new(ep));
+            o.part = Some((part, p.to_path_buf()));
+            Ok(Some(o))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Opens a copy destination for a source of `size` bytes.
 pub(crate) async fn open_destination(
     loc: &Location,

@@ -6,10 +6,13 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod exit;
 mod image;
 mod local_server;
 mod location;
 mod notify;
+mod resume;
+mod signals;
 mod units;
 
 /// wanblk: move block storage across long-fat networks over many tuned sessions.
@@ -68,13 +71,14 @@ fn main() -> std::process::ExitCode {
         Command::Completions(a) => cmd::docs::completions(a, &mut <Cli as clap::CommandFactory>::command()),
         Command::Man(a) => cmd::docs::man(a, <Cli as clap::CommandFactory>::command()),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("wanblk: error: {e:#}");
-            std::process::ExitCode::FAILURE
+    let (code, message) = exit::code_of(&result);
+    if let Some(m) = message.filter(|m| !m.is_empty()) {
+        match code {
+            exit::INCOMPLETE => eprintln!("wanblk: {m}"),
+            _ => eprintln!("wanblk: error: {m}"),
         }
     }
+    std::process::ExitCode::from(code)
 }
 
 #[cfg(test)]

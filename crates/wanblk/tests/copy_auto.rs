@@ -36,7 +36,7 @@ fn auto_moves_n_and_reports_the_search() {
         "1",
         "--max-connections",
         "16",
-        "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ]);

@@ -20,7 +20,7 @@ fn read(path: &std::path::Path) -> Result<Report, ReportError> {
 fn a_local_copy_report_reads_back_typed() {
     let dir = tempdir();
     let (dst, rep) = (dir.path().join("out.img"), dir.path().join("r.json"));
-    let out = copy_ok(&["random:8M", dst.to_str().unwrap(), "--verify", "--report", rep.to_str().unwrap()]);
+    let out = copy_ok(&["random:8M", dst.to_str().unwrap(), "--checksum", "--report", rep.to_str().unwrap()]);
     let r = read(&rep).unwrap_or_else(|e| panic!("{e}\n{}", std::fs::read_to_string(&rep).unwrap()));
     let sha = sha256_file(&dst).unwrap();
     assert_eq!(r.schema_version, SCHEMA_VERSION);
@@ -71,7 +71,7 @@ fn a_tuned_network_copy_report_reads_back_typed() {
         "auto",
         "--interval",
         "100ms",
-        "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ]);

@@ -46,7 +46,7 @@ fn sparse_image_round_trip_moves_only_the_data() {
         restored.to_str().unwrap(),
         "-C",
         "4",
-        "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ]);

@@ -95,10 +95,17 @@ pub fn round_trip(dir: &Path, src: &Path, src_sha: &str, uri: &str, conns: usize
     // Restore with wanblk, hashing on the fly.
     let restored = dir.join(format!("restored-{conns}.img"));
     let rep = dir.join(format!("restore-{conns}.json"));
-    let out =
-        copy_ok(&[uri, restored.to_str().unwrap(), "-C", &n, "--verify", "--report", rep.to_str().unwrap()]);
+    let out = copy_ok(&[
+        uri,
+        restored.to_str().unwrap(),
+        "-C",
+        &n,
+        "--checksum",
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
     assert_eq!(sha256_file(&restored).unwrap(), src_sha, "restored image equals the source");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--verify printed the image's sha256");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--checksum printed the image's sha256");
     let r = report(&rep);
     assert_eq!(r["sha256"], src_sha);
     assert_eq!(r["connections"], conns);
@@ -135,7 +142,7 @@ pub fn iscsi_lun(iqn: &str, block_size: Option<u32>) -> IscsiLun {
 
 /// Backs up `src` (sha256 `src_sha`) to the LUN with `-C conns` and
 /// `extra` flags, checks the LUN's backing file, then restores the LUN to
-/// a new file with `--verify` and checks that and the reports. Returns the
+/// a new file with `--checksum` and checks that and the reports. Returns the
 /// restore's stderr (with `--log` in `extra`, the driver's log).
 pub fn iscsi_round_trip(
     dir: &Path,
@@ -147,8 +154,7 @@ pub fn iscsi_round_trip(
 ) -> String {
     let n = conns.to_string();
     let rep = dir.join("backup.json");
-    let mut args =
-        vec![src.to_str().unwrap(), &lun.uri, "-C", &n, "--flush", "--report", rep.to_str().unwrap()];
+    let mut args = vec![src.to_str().unwrap(), &lun.uri, "-C", &n, "--report", rep.to_str().unwrap()];
     args.extend(extra);
     copy_ok(&args);
     let r = report(&rep);
@@ -165,13 +171,13 @@ pub fn iscsi_round_trip(
         restored.to_str().unwrap(),
         "-C",
         &n,
-        "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ];
     args.extend(extra);
     let out = copy_ok(&args);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--verify printed the image's sha256");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), src_sha, "--checksum printed the image's sha256");
     assert_eq!(sha256_file(&restored).unwrap(), src_sha, "restored image equals the source");
     let r = report(&rep);
     assert_eq!(r["sha256"], src_sha, "{r}");
@@ -301,4 +307,45 @@ pub fn pattern_sha256(size: u64) -> String {
         off += 1 << 20;
     }
     hex::encode(sha2::Digest::finalize(h))
+}
+
+/// Starts `wanblk copy ARGS... --no-progress` in the background (stdout
+/// and stderr captured); it is killed by PID if dropped before waited for.
+pub fn spawn_copy(args: &[&str]) -> wanblk_testkit::Running {
+    wanblk_testkit::Running::start(wanblk().arg("copy").args(args).arg("--no-progress"))
+}
+
+/// Waits until `cond` holds, checking every 10 ms.
+///
+/// # Panics
+/// After `limit`, naming `what`.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Writes nbdkit's log filter (`--filter=log logfile=PATH`) shows as
+/// answered successfully so far.
+pub fn logged_writes(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().filter(|l| l.contains("...Write id=") && l.contains("return=0")).count())
+        .unwrap_or(0)
+}
+
+/// Bytes of `path` on disk (allocated blocks), 0 if it does not exist.
+pub fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map(|m| m.blocks() * 512).unwrap_or(0)
+}
+
+/// Output of a finished command as text: (exit code, stdout, stderr).
+pub fn text(out: &Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
