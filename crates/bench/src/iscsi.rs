@@ -186,7 +186,7 @@ impl IscsiPath {
         c.arg(&report).args(["--congestion", &self.path.spec().congestion]);
         let Measured { out, wall, client_cpu, server_cpu: server_s, .. } =
             self.path.measured(&mut c, self.tgt.pid())?;
-        if !out.status.success() {
+        if !crate::report::copy_ok(out.status, args) {
             bail!("wanblk copy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
         let r = crate::report::read(&report, &format!("wanblk copy {args:?} ({direction:?})"))?;

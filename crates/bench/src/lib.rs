@@ -8,12 +8,15 @@
 //!   the measured runners (`wanblk copy`, `nbdcopy`, `iperf3`).
 //! - [`plot`]: SVG and PNG line charts with an embedded font.
 //! - [`suite`], [`iscsi`], [`demo`]: the experiments on the emulated path;
-//!   [`loopback`]: wanblk vs nbdcopy on 127.0.0.1, no emulator.
+//!   [`loopback`]: wanblk vs nbdcopy on 127.0.0.1, no emulator;
+//!   [`faults`]: what target restarts, blackouts and an interruption
+//!   cost a copy.
 //!
 //! I/O boundary: this crate starts processes (in network namespaces) and
 //! writes files; it needs root for the emulator.
 
 pub mod demo;
+pub mod faults;
 pub mod frontend;
 pub mod iscsi;
 pub mod loopback;

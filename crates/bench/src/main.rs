@@ -60,7 +60,7 @@ struct DemoArgs {
     out: PathBuf,
 }
 
-/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback, frontend or tls).
+/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback, frontend, tls or faults).
 ///
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
@@ -89,10 +89,15 @@ struct DemoArgs {
 /// profile's path: the target in clear text and with `--tls require`, the
 /// same copies against each (fixed N and `-C auto`, both directions):
 /// goodput and CPU seconds per Gbit of client and target.
+/// `faults` (about 10 minutes, root, nbdkit and tgt) copies 1 GiB across a
+/// 500 Mbit/s, 25 ms path while a fault happens: nbdkit and tgtd killed and
+/// restarted after 5 s and 30 s, blackouts of 5 s and 60 s, SIGINT at half
+/// way and a rerun; a table of what the user saw, time lost and bytes sent
+/// again.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// `quick`, `full`, `iscsi`, `loopback`, `frontend` or `tls`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend", "tls"])]
+    /// `quick`, `full`, `iscsi`, `loopback`, `frontend`, `tls` or `faults`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend", "tls", "faults"])]
     profile: String,
     /// Output directory [default: docs/results/PROFILE].
     #[arg(long)]
@@ -191,6 +196,15 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 fio_secs: 15,
                 step_limit_s: 60,
                 cache_sizes: vec![64 << 20, 256 << 20, 1 << 30],
+            },
+        ),
+        "faults" => wanblk_bench::faults::run(
+            exe,
+            &wanblk_bench::faults::FaultsOptions {
+                out_dir: out("faults"),
+                size: 1 << 30,
+                rate_mbps: 500,
+                delay_ms: 25.0,
             },
         ),
         "tls" => wanblk_bench::tls::run(

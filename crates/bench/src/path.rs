@@ -452,7 +452,7 @@ impl BenchPath {
         c.args(["--congestion", &self.spec.congestion]);
         let Measured { out, client_cpu, server_cpu, steal_pct, .. } = self.measured(&mut c, pid)?;
         let tool = wanblk_label(extra);
-        if !out.status.success() {
+        if !crate::report::copy_ok(out.status, extra) {
             bail!("wanblk copy {extra:?} ({direction:?}) failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         let r = crate::report::read(&report, &format!("{tool} ({direction:?})"))?;

@@ -7,6 +7,12 @@ use std::path::Path;
 use anyhow::Context;
 use wanblk_copy::Report;
 
+/// `wanblk copy` with `args` ended as it should: success, or (with
+/// `--stop-after`) stopped early, which exits with 3 (incomplete).
+pub(crate) fn copy_ok(status: std::process::ExitStatus, args: &[&str]) -> bool {
+    status.success() || (status.code() == Some(3) && args.contains(&"--stop-after"))
+}
+
 /// Reads the report `wanblk copy --report path` wrote for `run`.
 ///
 /// # Errors
@@ -100,6 +106,13 @@ pub(crate) mod tests {
             stores: Vec::new(),
             sha256: None,
             complete: true,
+            resumed_bytes: 0,
+            interrupted: false,
+            flushed: true,
+            max_in_flight_bytes: 64 << 20,
+            verify: None,
+            faults: wanblk_copy::Faults::default(),
+            journal: None,
             tuning: None,
             timing: None,
             progress: Vec::new(),
