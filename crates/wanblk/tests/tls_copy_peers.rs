@@ -43,6 +43,7 @@ fn both_directions(dir: &std::path::Path, uri: &str, client: &std::path::Path, o
         "--tls-certificates",
         certs,
         "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ]);
