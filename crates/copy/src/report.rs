@@ -319,7 +319,19 @@ mod tests {
 
     #[test]
     fn a_missing_or_wrong_field_is_named() {
-        for field in ["seconds", "data_bytes", "sha256", "tuning", "error", "stores", "timing", "progress", "faults", "verify", "journal"] {
+        for field in [
+            "seconds",
+            "data_bytes",
+            "sha256",
+            "tuning",
+            "error",
+            "stores",
+            "timing",
+            "progress",
+            "faults",
+            "verify",
+            "journal",
+        ] {
             let mut v = json(&report());
             v.as_object_mut().unwrap().remove(field);
             let e = read(&v).unwrap_err().to_string();

@@ -5,7 +5,7 @@
 //! | 0 | success: the work is complete (a copy: every byte copied, flushed, and verified with `--verify`) |
 //! | 1 | failure: an error stopped the work, or `--verify` found a difference |
 //! | 2 | usage: the command line cannot be carried out as given (bad option or location, a journal of another copy) |
-//! | 3 | incomplete: interrupted (SIGINT, SIGTERM) or stopped by `--stop-after`; a copy can be resumed |
+//! | 3 | incomplete: interrupted (SIGINT, SIGTERM); a copy can be resumed (a `--stop-after` run asked to stop: 0) |
 //!
 //! A command returns `anyhow::Result<()>`; an error carrying a [`Status`]
 //! (see [`usage`], [`incomplete`]) exits with its code, any other error
@@ -25,7 +25,7 @@ pub(crate) const INCOMPLETE: u8 = 3;
 /// The help text's summary of the exit codes.
 pub(crate) const HELP: &str = "Exit codes: 0 success; 1 failure (an error, or --verify found a difference); \
 2 usage (bad option or location, or a journal written for another copy); \
-3 incomplete (interrupted by SIGINT or SIGTERM, or stopped by --stop-after: run the same command again to resume).";
+3 incomplete (interrupted by SIGINT or SIGTERM: run the same command again to resume).";
 
 /// An error that ends the command with a given exit code.
 #[derive(Debug)]

@@ -68,8 +68,8 @@ fn a_loop_device_as_destination_and_source() {
     let disk = dir.path().join("dst.img");
     sparse_file(&disk, SIZE);
     let (_q, dst_uri) = peers::qemu_nbd(dir.path(), &disk);
-    let out = copy_ok(&[dev.path(), &dst_uri, "-C", "2", "--verify", "--flush"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sha, "--verify hashed the device");
+    let out = copy_ok(&[dev.path(), &dst_uri, "-C", "2", "--verify", "--checksum", "--flush"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sha, "--checksum hashed the device");
     assert_eq!(sha256_file(&disk).unwrap(), sha, "the export holds the device's contents");
     drop(dev);
     assert_eq!(sha256_file(&backing).unwrap(), sha, "the loop device's file holds the source");

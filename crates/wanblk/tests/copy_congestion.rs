@@ -121,6 +121,7 @@ fn congestion_control_reaches_every_socket_including_the_side_session() {
         "-C",
         "2",
         "--verify",
+        "--checksum",
         "--no-progress",
         "--congestion",
         &other,

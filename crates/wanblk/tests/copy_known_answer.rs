@@ -55,6 +55,7 @@ fn auto_ends_at_the_known_best_n() {
         "--max-connections",
         "16",
         "--verify",
+        "--checksum",
         "--report",
         rep.to_str().unwrap(),
     ]);

@@ -46,9 +46,9 @@ fn stdin_to_an_export_and_an_export_to_stdout() {
     let (_nbdkit, uri) = peers::nbdkit(dir.path(), &["memory", &SIZE.to_string()]);
 
     let (stdout, stderr) =
-        sh(&format!("cat {} | wanblk copy - '{uri}' --no-progress --verify", src.display()));
+        sh(&format!("cat {} | wanblk copy - '{uri}' --no-progress --checksum", src.display()));
     assert!(stderr.contains("standard input is read in order"), "the note: {stderr}");
-    assert_eq!(stdout.trim(), sha, "--verify hashed what came through the pipe");
+    assert_eq!(stdout.trim(), sha, "--checksum hashed what came through the pipe");
     let back = dir.path().join("back.img");
     peers::nbdcopy(&uri, back.to_str().unwrap(), &[]);
     assert_eq!(sha256_file(&back).unwrap(), sha, "the export holds the image");
@@ -56,7 +56,7 @@ fn stdin_to_an_export_and_an_export_to_stdout() {
     // To stdout: exactly the image, nothing else (progress, notes and the
     // sha256 go to stderr), with several sessions reading.
     let (stdout, stderr) =
-        sh(&format!("wanblk copy '{uri}' - -C 4 --verify --progress-interval 0.2 | sha256sum"));
+        sh(&format!("wanblk copy '{uri}' - -C 4 --checksum --progress-interval 0.2 | sha256sum"));
     assert_eq!(sha_of_output(&stdout), sha, "stdout carried the image and only it");
     assert!(stderr.contains(&format!("wanblk: sha256 {sha}")), "{stderr}");
 }

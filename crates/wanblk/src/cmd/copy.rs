@@ -41,7 +41,8 @@ pub(crate) struct Args {
     /// Stop issuing requests after this many seconds and finish with what
     /// is done (a time-boxed copy for benchmarks): the report says
     /// `"complete": false`, a new destination file keeps its .wanblk-part
-    /// name, and wanblk exits with 3 (incomplete).
+    /// name (its journal kept, so the same command without --stop-after
+    /// resumes), and wanblk exits with 0: the stop was asked for.
     #[arg(long, value_name = "SECS")]
     stop_after: Option<f64>,
 
@@ -403,7 +404,8 @@ async fn open(
     } else {
         let src = open_source(src_loc, remote).await.context("source")?;
         let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
-        let (dst, journal) = open_journaled(args, dst_loc, &src, size, remote).await.context("destination")?;
+        let (dst, journal) =
+            open_journaled(args, dst_loc, &src, size, remote).await.context("destination")?;
         (src, dst, size, journal)
     };
     for n in src.notes.iter().chain(&dst.notes) {
@@ -436,8 +438,7 @@ async fn open_journaled(
         resume::journal_path(dst_loc, args.state.as_deref())
     };
     let mode = resume_mode(args);
-    let (dst, plan, identity) = if let (true, Location::File(p)) = (location::is_new_file(dst_loc), dst_loc)
-    {
+    let (dst, plan, identity) = if let (true, Location::File(p)) = (location::is_new_file(dst_loc), dst_loc) {
         // Decide before creating the .wanblk-part file: a resume reopens it.
         let id = resume::identity(&*src.endpoint, size, p.display().to_string(), size).await?;
         let mut plan = resume::plan(jpath, mode, &id)?;
@@ -717,9 +718,14 @@ fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool) {
 }
 
 /// The exit status of a copy that ran to its end: verification failed
-/// (1), interrupted or stopped early (3, with the command that resumes),
-/// or success.
-fn finished(args: &Args, out: &CopyOutcome, journal: Option<&Journal>, signalled: bool) -> anyhow::Result<()> {
+/// (1), interrupted by a signal (3, with the command that resumes), or
+/// success (a --stop-after run included: the stop was asked for).
+fn finished(
+    args: &Args,
+    out: &CopyOutcome,
+    journal: Option<&Journal>,
+    signalled: bool,
+) -> anyhow::Result<()> {
     if let Some(bad) = out.verify.as_ref().and_then(|v| v.first_bad_offset) {
         anyhow::bail!(
             "verification failed: the destination differs from the source at offset {bad}; \
@@ -737,7 +743,7 @@ fn finished(args: &Args, out: &CopyOutcome, journal: Option<&Journal>, signalled
         // print_result and commit said what was done and where it is.
         return Ok(());
     }
-    let why = if out.interrupted && args.stop_after.is_none() { "interrupted" } else { "stopped early" };
+    let why = if out.interrupted { "interrupted" } else { "stopped early" };
     let how = match journal {
         Some(j) => format!(
             "; the journal {} holds what was copied; to resume, run: {}",

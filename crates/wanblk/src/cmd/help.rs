@@ -79,16 +79,25 @@ then the fewest that keep it) or fixed (-C N). The copy is cut into requests of 
 soon as one completes, so a slow connection never holds the others back. Holes and runs of
 zeroes are not carried as data (block status, zero detection).
 
+Sessions that fail or stop answering are replaced (--retry-for, --io-timeout) and their
+requests sent again; the copy goes on.
+
 A new destination file is written as FILE.wanblk-part and renamed when the copy completes;
-if the copy fails, the .wanblk-part file holds exactly the pieces copied and the error says
-how far it got. An existing destination (file, device, NBD or iSCSI) is written in place.";
+an existing destination (file, device, NBD or iSCSI) is written in place. The copy ends with
+a flush of the destination to stable storage (unless --no-flush).
+
+Resuming: a copy to a file keeps a journal of the ranges it completed and flushed beside it
+(FILE.wanblk-journal; --state FILE for any destination). If the copy is interrupted (Ctrl-C,
+SIGTERM, an error, a crash), running the same command again checks that source and
+destination are the same ones and copies only what is missing.";
 
 /// `wanblk copy --help`, after the options.
 pub(crate) const COPY_AFTER: &str = concat!(
     locations!(),
     "
 EXAMPLES:
-  wanblk copy nbd://san.example/disk disk.img --verify   # restore; prints the image's sha256
+  wanblk copy nbd://san.example/disk disk.img --checksum # restore; prints the image's sha256
+  wanblk copy disk.img nbd://san.example/disk --verify   # back up, then read it back and compare
   wanblk copy /dev/vdb iscsi://san/iqn.2024-01.example:disk/1 -C 8 --report r.json   # back up
   wanblk copy nbd://a/x nbd+unix:///y?socket=/run/y.sock # target to target
   wanblk copy nbds://san/disk?tls-certificates=/etc/pki/wanblk disk.img   # over TLS
@@ -104,6 +113,11 @@ PROGRESS:
   stderr every --progress-interval seconds (and one at the end). --progress=FD sends the lines
   to another file descriptor, --progress-json makes them JSON objects, --no-progress stops
   them. The summary and --report give the rate in Mbit/s (10^6 bit/s) too.
+
+EXIT CODES:
+  0 success; 1 failure (an error, or --verify found a difference); 2 usage (bad option or
+  location, or a journal written for another copy); 3 incomplete (interrupted by SIGINT or
+  SIGTERM: run the same command again to resume). A --stop-after run exits 0.
 ",
     see_also!()
 );
