@@ -120,7 +120,6 @@ fn congestion_control_reaches_every_socket_including_the_side_session() {
         "null:",
         "-C",
         "2",
-        "--verify",
         "--checksum",
         "--no-progress",
         "--congestion",

@@ -54,7 +54,6 @@ fn auto_ends_at_the_known_best_n() {
         "auto",
         "--max-connections",
         "16",
-        "--verify",
         "--checksum",
         "--report",
         rep.to_str().unwrap(),

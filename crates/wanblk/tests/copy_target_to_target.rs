@@ -21,17 +21,8 @@ fn copy_to_qemu_nbd(dir: &std::path::Path, src_uri: &str, sha: &str) {
     sparse_file(&disk, SIZE);
     let (_q, dst_uri) = peers::qemu_nbd(dir, &disk);
     let rep = dir.join("r.json");
-    let out = copy_ok(&[
-        src_uri,
-        &dst_uri,
-        "-C",
-        "2",
-        "--flush",
-        "--verify",
-        "--checksum",
-        "--report",
-        rep.to_str().unwrap(),
-    ]);
+    let out =
+        copy_ok(&[src_uri, &dst_uri, "-C", "2", "--flush", "--checksum", "--report", rep.to_str().unwrap()]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sha, "--checksum printed the source's sha256");
     assert_eq!(sha256_file(&disk).unwrap(), sha, "the destination store holds the source");
     let r = report(&rep);

@@ -338,8 +338,8 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         write_report(path, &report)?;
     }
     let out = outcome?;
-    print_result(&out, &report, dst.stdio);
     let signalled = *signalled.borrow();
+    print_result(&out, &report, dst.stdio, signalled);
     finished(&args, &out, journal.as_ref(), signalled)
 }
 
@@ -438,6 +438,11 @@ async fn open_journaled(
         resume::journal_path(dst_loc, args.state.as_deref())
     };
     let mode = resume_mode(args);
+    if jpath.is_none() && mode != resume::Mode::Resume {
+        // Nowhere to keep a journal: no identity to take (its sample
+        // would read the source beyond the copy itself).
+        return Ok((open_destination(dst_loc, size, remote).await?, None));
+    }
     let (dst, plan, identity) = if let (true, Location::File(p)) = (location::is_new_file(dst_loc), dst_loc) {
         // Decide before creating the .wanblk-part file: a resume reopens it.
         let id = resume::identity(&*src.endpoint, size, p.display().to_string(), size).await?;
@@ -683,7 +688,7 @@ fn outcome(
 
 /// One line on stderr; the sha256 on stdout with `--checksum` (on stderr
 /// when stdout carries the image).
-fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool) {
+fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool, signalled: bool) {
     let resumed = if out.resumed_bytes > 0 {
         format!(", {} copied by an earlier run", out.resumed_bytes)
     } else {
@@ -691,7 +696,11 @@ fn print_result(out: &CopyOutcome, report: &Report, stdout_is_image: bool) {
     };
     eprintln!(
         "wanblk: {} {} bytes ({} data, {} zeroed, {} skipped{resumed}) in {:.2} s: {:.1} Mbit/s, {} connection(s)",
-        if out.complete { "copied" } else { "stopped early, copied" },
+        match (out.complete, signalled) {
+            (true, _) => "copied",
+            (false, true) => "interrupted, copied",
+            (false, false) => "stopped early (--stop-after), copied",
+        },
         out.bytes,
         out.data_bytes,
         out.zero_bytes,
