@@ -4,7 +4,8 @@
 //! privileges. Each `unsafe` block here carries a `// SAFETY:` comment that
 //! states why the call is sound.
 //!
-//! - [`tcp`]: `TCP_INFO`, congestion control and pacing socket options.
+//! - [`tcp`]: `TCP_INFO`, congestion control, pacing and receive low-water socket options.
+//! - [`alloc`]: keeping freed memory for reuse (the C allocator's thresholds).
 //! - [`process`]: signals to child processes.
 //! - [`nfqueue`]: NFQUEUE over a raw `NETLINK_NETFILTER` socket (the emulator's packet path).
 //! - [`sched`]: thread affinity, `SCHED_FIFO`, timer slack, clocks.
@@ -12,6 +13,7 @@
 //! - [`file`]: block device size, hole punching, zeroing, SEEK_DATA/SEEK_HOLE.
 //! - [`mount`]: unmounting (the FUSE mount of `wanblk mount`).
 
+pub mod alloc;
 pub mod file;
 pub mod mount;
 pub mod netns;

@@ -1,5 +1,5 @@
 //! TCP socket introspection and tuning: `TCP_INFO`, `TCP_CONGESTION`,
-//! `SO_MAX_PACING_RATE`, and [`TcpOptions`], the options every connection
+//! `SO_MAX_PACING_RATE`, `SO_RCVLOWAT`, and [`TcpOptions`], the options every connection
 //! wanblk opens or accepts gets from [`apply`].
 
 use std::io;
@@ -301,6 +301,20 @@ pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the socket's receive low-water mark (`SO_RCVLOWAT`): readiness (and
+/// so a reader's wake-up) waits until `bytes` are queued, or the receive
+/// window is nearly closed, or the connection ends. A reader that knows
+/// that many bytes will come uses it to wake once per `bytes` instead of
+/// once per arriving segment; it must lower it again before waiting for
+/// fewer bytes than that. 1 is the default.
+///
+/// # Errors
+/// The `setsockopt` error.
+pub fn set_recv_low_water(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
+}
+
 /// Caps the socket's pacing rate in bytes per second (`SO_MAX_PACING_RATE`);
 /// `u64::MAX` removes the cap.
 ///
@@ -344,6 +358,18 @@ mod tests {
     }
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;
+
+    #[test]
+    fn sets_the_receive_low_water_mark() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _s = l.accept().unwrap();
+        assert_eq!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap(), 1);
+        set_recv_low_water(c.as_fd(), 256 * 1024).unwrap();
+        assert_eq!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap(), 256 * 1024);
+        set_recv_low_water(c.as_fd(), 0).unwrap();
+        assert_eq!(get_int(c.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap(), 1, "0 means 1");
+    }
 
     #[test]
     fn reads_tcp_info_of_a_loopback_connection() {

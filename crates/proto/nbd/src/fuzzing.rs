@@ -9,7 +9,7 @@
 //! first error the machine reported, so the replay can check that every
 //! seed named `bad_*` is refused and every other seed is not.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::consts::{FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, tflags};
 use crate::server::TlsPolicy;
@@ -56,12 +56,26 @@ pub fn client_handshake(data: &[u8]) -> Result<(), String> {
 }
 
 /// Arbitrary server bytes into the client's transmission phase, with a
-/// request of every kind in flight.
+/// request of every kind in flight, fed as a socket driver does: read data
+/// the client lends a buffer for goes straight into it.
 pub fn client_replies(data: &[u8]) -> Result<(), String> {
     let mut c = client_with_requests();
-    for p in pieces(data) {
-        c.handle_input(p).map_err(|e| e.to_string())?;
-        while c.poll_event().is_some() {}
+    let mut staging = BytesMut::new();
+    for mut p in pieces(data) {
+        while !p.is_empty() {
+            let lent = if staging.is_empty() { c.lend_payload() } else { None };
+            if let Some(mut l) = lent {
+                let n = l.want().min(p.len());
+                l.room().put_slice(&p[..n]);
+                p = &p[n..];
+                c.return_payload(l).map_err(|e| e.to_string())?;
+            } else {
+                staging.extend_from_slice(p);
+                p = &[];
+                c.handle_input_buf(&mut staging).map_err(|e| e.to_string())?;
+            }
+            while c.poll_event().is_some() {}
+        }
     }
     Ok(())
 }
@@ -165,7 +179,7 @@ fn connected_pair() -> (Client, Server) {
 }
 
 /// A client in transmission with one request of every kind in flight
-/// (cookies 1..=7).
+/// (cookies 1..=8; 8 reads into a buffer that holds a byte already).
 fn client_with_requests() -> Client {
     let (mut c, _) = connected_pair();
     let reqs = [
@@ -176,6 +190,7 @@ fn client_with_requests() -> Client {
         Request::Trim { offset: 0, length: 512, fua: false },
         Request::WriteZeroes { offset: 512, length: 512, no_hole: true, fua: false },
         Request::BlockStatus { offset: 0, length: 8192, req_one: false },
+        Request::ReadInto { offset: 8192, length: 512, buf: BytesMut::from(&b"x"[..]) },
     ];
     for r in reqs {
         c.send_request(r).expect("request");

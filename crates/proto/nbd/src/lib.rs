@@ -9,7 +9,9 @@
 //!                 |                                     ^
 //!                 v                                     |
 //!   handle_input(&[u8]) / handle_input_buf(&mut BytesMut)   poll_transmit() -> Bytes segments
-//!                 |                                     ^
+//!   lend_payload() -> Lent / return_payload(Lent)       ^
+//!   (read data straight into the request's buffer)      |
+//!                 |                                     |
 //!          +------+-------------------------------------+------+
 //!          |  Client / Server state machine (this crate)       |
 //!          |  Greeting -> Options -> Transmission -> Closed    |
@@ -27,7 +29,8 @@
 //!   `base:allocation`, NBD_OPT_GO with NBD_INFO_BLOCK_SIZE, falling back to
 //!   NBD_OPT_EXPORT_NAME; NBD_OPT_INFO, NBD_OPT_LIST, NBD_OPT_ABORT) and
 //!   `client::transmission` (requests tracked by cookie, every reply
-//!   validated against its request, at most
+//!   validated against its request, read data placed in one buffer per
+//!   request as it arrives, at most
 //!   [`max_reply_chunks`](client::max_reply_chunks) chunks per reply so
 //!   memory stays proportional to the request).
 //! - [`server`]: the handshake answered from a list of exports, requests
@@ -59,9 +62,11 @@ pub mod server;
 pub mod wire;
 
 #[cfg(test)]
+mod read_tests;
+#[cfg(test)]
 mod tests;
 
-pub use client::{Client, ClientConfig, Event, Goal, Negotiated, Reply, ReplyData, Request, ServerError};
+pub use client::{Client, ClientConfig, Event, Goal, Lent, Negotiated, Reply, ReplyData, Request, ServerError};
 pub use codec::{Codec, DecodeError, Reader};
 pub use error::{ClientError, ProtocolError, RequestError};
 pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest, TlsPolicy};

@@ -8,12 +8,16 @@
 //!
 //! [`Client`] holds the phase (`Phase`: one variant per protocol phase) and
 //! hands input to the part in charge. Bytes from the server go in through
-//! [`Client::handle_input`] (copying) or [`Client::handle_input_buf`]
-//! (zero-copy: complete frames are split off the caller's buffer and read
-//! data is handed out as [`Bytes`] slices of it). Bytes for the server come
-//! out of [`Client::poll_transmit`] as segments to write in order (a large
-//! WRITE payload is its own segment, never copied), and what happened comes
-//! out of [`Client::poll_event`].
+//! [`Client::handle_input`] (copied into an internal buffer) or
+//! [`Client::handle_input_buf`] (frames consumed from the caller's buffer).
+//! A read's data goes into one buffer per request (the caller's with
+//! [`Request::ReadInto`]); once the header in front of it has been decoded,
+//! [`Client::lend_payload`] hands that buffer to the driver, which reads the
+//! data from the socket straight into it and gives it back with
+//! [`Client::return_payload`], so read data is never copied in user space.
+//! Bytes for the server come out of [`Client::poll_transmit`] as segments to
+//! write in order (a large WRITE payload is its own segment, never copied),
+//! and what happened comes out of [`Client::poll_event`].
 
 mod handshake;
 mod transmission;
@@ -24,10 +28,10 @@ use bytes::{Bytes, BytesMut};
 
 pub use self::handshake::{ClientConfig, Goal, Negotiated};
 use self::handshake::{Handshake, Progress};
-pub use self::transmission::{Reply, ReplyData, Request, ServerError, max_reply_chunks};
+pub use self::transmission::{Lent, Reply, ReplyData, Request, ServerError, max_reply_chunks};
 use self::transmission::{Step, Transmission};
 use crate::codec::Codec;
-use crate::error::{ClientError, RequestError};
+use crate::error::{ClientError, ProtocolError, RequestError};
 use crate::output::OutQueue;
 pub use crate::wire::BlockSizes;
 use crate::wire::{Command, ServerReply};
@@ -97,8 +101,11 @@ impl Client {
     }
 
     /// Consumes every complete frame at the front of `buf`, leaving a partial
-    /// frame in place for the next call. Read data is split off `buf` without
-    /// copying. Use [`Client::bytes_wanted`] to size the next read.
+    /// frame in place for the next call; read data is copied from `buf` to
+    /// its request's buffer as far as it is there (see
+    /// [`Client::lend_payload`] to receive it without that copy). Use
+    /// [`Client::bytes_wanted`] to size the next read. While a buffer is
+    /// lent, input waits in `buf` until it is returned.
     ///
     /// # Errors
     /// The first fatal error; the same error is returned for any later input.
@@ -118,13 +125,53 @@ impl Client {
         }
     }
 
-    /// How many bytes the frame being received needs in total, to size
-    /// buffer reservations.
+    /// How many bytes the frame being received needs in total (or the read
+    /// data still to come), to size buffer reservations.
     pub fn bytes_wanted(&self) -> usize {
         match &self.phase {
             Phase::Handshake(h) => h.wanted,
             Phase::Transmission(t) => t.wanted,
             Phase::Closed | Phase::Failed(_) => 1,
+        }
+    }
+
+    /// The buffer of the request whose read data comes next, when the input
+    /// given so far ends inside that data: the driver appends the next
+    /// [`Lent::want`] bytes it reads from the server to [`Lent::room`] and
+    /// then calls [`Client::return_payload`] (no other input in between).
+    /// `None` when no data is due, a buffer is already lent, or the data
+    /// lands inside the buffer (a chunk before an earlier one), where
+    /// [`Client::handle_input_buf`] places it.
+    pub fn lend_payload(&mut self) -> Option<Lent> {
+        match &mut self.phase {
+            Phase::Transmission(t) => t.lend(),
+            _ => None,
+        }
+    }
+
+    /// Takes back a buffer from [`Client::lend_payload`] with the bytes the
+    /// driver appended; completes the reply when its data is all there.
+    ///
+    /// # Errors
+    /// The first fatal error (as [`Client::handle_input_buf`]); a buffer
+    /// that was not lent, or with more bytes than wanted, is a protocol error.
+    pub fn return_payload(&mut self, lent: Lent) -> Result<(), ClientError> {
+        let t = match &mut self.phase {
+            Phase::Transmission(t) => t,
+            Phase::Failed(e) => return Err(e.clone()),
+            _ => return Err(ProtocolError::UnknownCookie(lent.cookie()).into()),
+        };
+        match t.give_back(lent) {
+            Ok(Some(r)) => {
+                self.events.push_back(Event::Reply(r));
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                let e = ClientError::from(e);
+                self.phase = Phase::Failed(e.clone());
+                Err(e)
+            }
         }
     }
 

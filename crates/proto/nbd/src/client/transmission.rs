@@ -4,14 +4,23 @@
 //! ("Simple reply message") or structured ("Structured reply chunk message",
 //! "Structured reply types").
 //!
+//! Read data goes into one buffer per request (the caller's, with
+//! [`Request::ReadInto`]), at its offset in the request, as it arrives: from
+//! the input buffer, or, once the header of a simple reply or of an
+//! NBD_REPLY_TYPE_OFFSET_DATA chunk has been decoded, straight from the
+//! socket when the driver borrows the buffer ([`Lent`]). Holes and gaps
+//! read as zeroes; nothing is assembled at the end.
+//!
 //! Memory per request stays proportional to the request: a reply may have at
 //! most [`max_reply_chunks`] chunks, so a server answering a 32 MiB read with
 //! one-byte chunks gets a protocol error after about 65 000 of them, not one
-//! entry per byte; adjacent read chunks are merged in the coverage map.
+//! entry per byte; adjacent read chunks are merged in the coverage map, and
+//! the buffer never grows past the request's length.
 
 use std::collections::{BTreeMap, HashMap};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::buf::Limit;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::handshake::Negotiated;
 use crate::codec::{Codec, DecodeError, Reader};
@@ -22,12 +31,24 @@ use crate::wire::*;
 /// A request to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// NBD_CMD_READ.
+    /// NBD_CMD_READ into a buffer of its own.
     Read {
         /// Offset.
         offset: u64,
         /// Length.
         length: u32,
+    },
+    /// NBD_CMD_READ whose data is appended to `buf` (handed back in
+    /// [`ReplyData::Read`]); a buffer with room for `length` more bytes
+    /// receives them without reallocating, e.g. one part of a larger buffer
+    /// split with [`BytesMut::split_off`].
+    ReadInto {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        length: u32,
+        /// Where the data goes, after what it holds.
+        buf: BytesMut,
     },
     /// NBD_CMD_WRITE.
     Write {
@@ -87,8 +108,9 @@ pub struct ServerError {
 pub enum ReplyData {
     /// A command without reply data.
     None,
-    /// A read's data, exactly the requested length (holes zero-filled).
-    Read(Bytes),
+    /// The read's buffer: what it held before ([`Request::ReadInto`]), then
+    /// exactly the requested length of data (holes zero-filled).
+    Read(BytesMut),
     /// Block status descriptors for `base:allocation`, starting at the request offset.
     BlockStatus(Vec<BlockDescriptor>),
 }
@@ -117,6 +139,56 @@ pub fn max_reply_chunks(length: u32) -> u32 {
     CHUNK_ALLOWANCE + length / MIN_AVERAGE_CHUNK
 }
 
+/// A request's buffer, lent to the driver to receive read data straight
+/// from the socket ([`Client::lend_payload`](super::Client::lend_payload)):
+/// append up to [`Lent::want`] bytes through [`Lent::room`], then give it
+/// back with [`Client::return_payload`](super::Client::return_payload).
+#[derive(Debug)]
+pub struct Lent {
+    cookie: u64,
+    buf: BytesMut,
+    /// `buf.len()` when lent.
+    start: usize,
+    /// Bytes of the payload still to come when lent.
+    remaining: usize,
+}
+
+impl Lent {
+    /// The cookie of the request whose data this is.
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+
+    /// Bytes of the payload still to append.
+    pub fn want(&self) -> usize {
+        self.remaining - self.received()
+    }
+
+    /// Where to append them (e.g. `read_buf(&mut lent.room())`): the
+    /// buffer, limited to [`Lent::want`] bytes.
+    pub fn room(&mut self) -> Limit<&mut BytesMut> {
+        let want = self.want();
+        (&mut self.buf).limit(want)
+    }
+
+    fn received(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+/// A read's data on its way into the request's buffer.
+#[derive(Debug)]
+struct Incoming {
+    cookie: u64,
+    /// Index in the buffer where the next byte goes.
+    at: usize,
+    /// Bytes still to come.
+    remaining: usize,
+    /// The reply is complete after this data (a simple reply, or a chunk
+    /// with NBD_REPLY_FLAG_DONE).
+    completes: bool,
+}
+
 /// What one step of the transmission phase did.
 #[derive(Debug)]
 pub(super) enum Step {
@@ -138,8 +210,10 @@ struct InFlight {
     /// Structured chunks received so far.
     chunks: u32,
     error: Option<ServerError>,
-    /// Read: data chunks (offset relative to the request).
-    data: Vec<(u64, Bytes)>,
+    /// Read: where the data goes, from index `base` on; bytes up to its
+    /// length are data received or zeroes (holes and gaps not received yet).
+    dest: BytesMut,
+    base: usize,
     /// Read: ranges covered by data and holes, adjacent ones merged (start -> end).
     ranges: BTreeMap<u64, u64>,
     covered: u64,
@@ -157,6 +231,10 @@ pub(super) struct Transmission {
     pub(super) closing: bool,
     /// Total bytes the frame being received needs.
     pub(super) wanted: usize,
+    /// Read data being received.
+    incoming: Option<Incoming>,
+    /// Its buffer is lent to the driver.
+    lent: bool,
 }
 
 impl Transmission {
@@ -167,6 +245,8 @@ impl Transmission {
             in_flight: HashMap::new(),
             closing: false,
             wanted: SIMPLE_REPLY_HEADER_LEN,
+            incoming: None,
+            lent: false,
         }
     }
 
@@ -237,10 +317,17 @@ impl Transmission {
         if self.closing {
             return Err(RequestError::NotReady("disconnecting"));
         }
+        let mut dest = BytesMut::new();
         let (command, flags, offset, length, data, req_one) = match req {
             Request::Read { offset, length } => {
                 self.check_range(offset, length.into())?;
                 self.check_payload(length.into())?;
+                (Command::Read, 0, offset, length, None, false)
+            }
+            Request::ReadInto { offset, length, buf } => {
+                self.check_range(offset, length.into())?;
+                self.check_payload(length.into())?;
+                dest = buf;
                 (Command::Read, 0, offset, length, None, false)
             }
             Request::Write { offset, data, fua } => {
@@ -296,7 +383,8 @@ impl Transmission {
                 req_one,
                 chunks: 0,
                 error: None,
-                data: Vec::new(),
+                base: dest.len(),
+                dest,
                 ranges: BTreeMap::new(),
                 covered: 0,
                 status: None,
@@ -313,8 +401,15 @@ impl Transmission {
         }
     }
 
-    /// Consumes one reply frame if complete.
+    /// Consumes one reply frame if complete, or read data.
     pub(super) fn step(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
+        if self.lent {
+            // The driver receives the data itself until it returns the buffer.
+            return Ok(Step::Wait);
+        }
+        if self.incoming.is_some() {
+            return self.receive(buf);
+        }
         if buf.len() < 4 {
             self.wanted = 4;
             return Ok(Step::Wait);
@@ -347,29 +442,29 @@ impl Transmission {
         if hdr.error == 0 && f.command == Command::BlockStatus {
             return Err(ProtocolError::SimpleNotAllowed(Command::BlockStatus));
         }
-        let payload = if hdr.error == 0 && f.command == Command::Read { f.length as usize } else { 0 };
-        let total = SIMPLE_REPLY_HEADER_LEN + payload;
-        if buf.len() < total {
-            self.wanted = total;
-            return Ok(Step::Wait);
-        }
+        let command = f.command;
         self.wanted = SIMPLE_REPLY_HEADER_LEN;
         buf.advance(SIMPLE_REPLY_HEADER_LEN);
-        let f = self.in_flight.remove(&hdr.cookie).expect("looked up above");
-        let result = if hdr.error != 0 {
-            Err(ServerError { error: NbdError::from_code(hdr.error), message: String::new(), offset: None })
-        } else if f.command == Command::Read {
-            Ok(ReplyData::Read(buf.split_to(payload).freeze()))
-        } else {
-            Ok(ReplyData::None)
-        };
-        Ok(Step::Reply(Reply {
-            cookie: hdr.cookie,
-            command: f.command,
-            offset: f.offset,
-            length: f.length,
-            result,
-        }))
+        if hdr.error != 0 {
+            let f = self.in_flight.remove(&hdr.cookie).expect("looked up above");
+            let error = ServerError { error: NbdError::from_code(hdr.error), message: String::new(), offset: None };
+            return Ok(Step::Reply(Reply {
+                cookie: hdr.cookie,
+                command: f.command,
+                offset: f.offset,
+                length: f.length,
+                result: Err(error),
+            }));
+        }
+        if command != Command::Read {
+            return self.complete(hdr.cookie);
+        }
+        // The whole request's data follows the header.
+        let f = self.in_flight.get_mut(&hdr.cookie).expect("looked up above");
+        f.covered = f.length.into();
+        let (at, len) = (f.base, f.length as usize);
+        self.start_data(hdr.cookie, at, len, true);
+        self.receive(buf)
     }
 
     /// One structured reply chunk (spec "Structured reply chunk message",
@@ -412,6 +507,9 @@ impl Transmission {
                 max: max_chunks,
             });
         }
+        if hdr.kind == chunk::OFFSET_DATA {
+            return self.data_chunk(buf, hdr);
+        }
         let total = STRUCTURED_REPLY_HEADER_LEN + hdr.length as usize;
         if buf.len() < total {
             self.wanted = total;
@@ -434,25 +532,6 @@ impl Transmission {
                 if !hdr.done() {
                     return Err(ProtocolError::BadNoneChunk);
                 }
-            }
-            chunk::OFFSET_DATA => {
-                if payload.len() < 9 {
-                    return Err(DecodeError::Invalid {
-                        what: "NBD_REPLY_TYPE_OFFSET_DATA",
-                        detail: format!("payload of {} bytes", payload.len()),
-                    }
-                    .into());
-                }
-                let offset = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
-                let len = (payload.len() - 8) as u64;
-                if offset < f.offset || offset.checked_add(len).is_none_or(|e| e > req_end) {
-                    return Err(out_of_range(offset, len));
-                }
-                let rel = offset - f.offset;
-                insert_range(f, rel, len)?;
-                let mut payload = payload.freeze();
-                payload.advance(8);
-                f.data.push((rel, payload));
             }
             chunk::OFFSET_HOLE => {
                 let h = OffsetHole::decode_exact(&payload, "NBD_REPLY_TYPE_OFFSET_HOLE")?;
@@ -515,18 +594,145 @@ impl Transmission {
             }
         }
         if hdr.done() {
-            let f = self.in_flight.remove(&hdr.cookie).expect("present");
-            let result = finish(f.command, f.length, f.error, f.data, f.covered, f.status)?;
-            return Ok(Step::Reply(Reply {
-                cookie: hdr.cookie,
-                command: f.command,
-                offset: f.offset,
-                length: f.length,
-                result,
-            }));
+            return self.complete(hdr.cookie);
         }
         Ok(Step::Continue)
     }
+
+    /// NBD_REPLY_TYPE_OFFSET_DATA: once its header and offset are here,
+    /// the data goes straight to its place in the request's buffer.
+    fn data_chunk(&mut self, buf: &mut BytesMut, hdr: ChunkHeader) -> Result<Step, ProtocolError> {
+        if hdr.length < 9 {
+            return Err(DecodeError::Invalid {
+                what: "NBD_REPLY_TYPE_OFFSET_DATA",
+                detail: format!("payload of {} bytes", hdr.length),
+            }
+            .into());
+        }
+        let head = STRUCTURED_REPLY_HEADER_LEN + 8;
+        if buf.len() < head {
+            self.wanted = head;
+            return Ok(Step::Wait);
+        }
+        let offset = u64::from_be_bytes(
+            buf[STRUCTURED_REPLY_HEADER_LEN..head].try_into().expect("8 bytes"),
+        );
+        let f = self.in_flight.get_mut(&hdr.cookie).expect("looked up by the caller");
+        let len = u64::from(hdr.length - 8);
+        let req_end = f.offset + u64::from(f.length);
+        if offset < f.offset || offset.checked_add(len).is_none_or(|e| e > req_end) {
+            return Err(ProtocolError::ChunkOutOfRange {
+                offset,
+                length: len,
+                req_offset: f.offset,
+                req_length: f.length,
+            });
+        }
+        let rel = offset - f.offset;
+        insert_range(f, rel, len)?;
+        f.chunks += 1;
+        buf.advance(head);
+        // Within the request: rel + len <= length, a u32.
+        let at = f.base + rel as usize;
+        self.start_data(hdr.cookie, at, len as usize, hdr.done());
+        self.receive(buf)
+    }
+
+    /// Read data of `len` bytes for `cookie` begins; it goes to index `at`
+    /// of the request's buffer (zeroes fill any gap before it).
+    fn start_data(&mut self, cookie: u64, at: usize, len: usize, completes: bool) {
+        let f = self.in_flight.get_mut(&cookie).expect("in flight");
+        // Room for the whole request, once: appending never reallocates.
+        let end = f.base + f.length as usize;
+        f.dest.reserve(end.saturating_sub(f.dest.len()));
+        if f.dest.len() < at {
+            f.dest.resize(at, 0);
+        }
+        self.incoming = Some(Incoming { cookie, at, remaining: len, completes });
+        self.wanted = len;
+    }
+
+    /// Moves read data from `buf` into its place.
+    fn receive(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
+        let Some(inc) = self.incoming.as_mut() else { return Ok(Step::Continue) };
+        let n = inc.remaining.min(buf.len());
+        if n > 0 {
+            let f = self.in_flight.get_mut(&inc.cookie).ok_or(ProtocolError::UnknownCookie(inc.cookie))?;
+            place(&mut f.dest, inc.at, &buf[..n]);
+            buf.advance(n);
+            inc.at += n;
+            inc.remaining -= n;
+        }
+        if inc.remaining > 0 {
+            self.wanted = inc.remaining;
+            return Ok(Step::Wait);
+        }
+        self.data_done()
+    }
+
+    /// The read data being received is complete.
+    fn data_done(&mut self) -> Result<Step, ProtocolError> {
+        self.wanted = SIMPLE_REPLY_HEADER_LEN;
+        match self.incoming.take() {
+            Some(inc) if inc.completes => self.complete(inc.cookie),
+            _ => Ok(Step::Continue),
+        }
+    }
+
+    /// The request's buffer, if read data being received can be appended to
+    /// it straight from the socket.
+    pub(super) fn lend(&mut self) -> Option<Lent> {
+        let inc = self.incoming.as_ref().filter(|i| i.remaining > 0 && !self.lent)?;
+        let f = self.in_flight.get_mut(&inc.cookie)?;
+        // Data that overwrites zeroes of an earlier gap (chunks out of
+        // order) takes the copying path.
+        if inc.at != f.dest.len() {
+            return None;
+        }
+        self.lent = true;
+        let buf = std::mem::take(&mut f.dest);
+        Some(Lent { cookie: inc.cookie, start: buf.len(), buf, remaining: inc.remaining })
+    }
+
+    /// The buffer comes back from the driver with `lent.received()` more bytes.
+    pub(super) fn give_back(&mut self, lent: Lent) -> Result<Option<Reply>, ProtocolError> {
+        let n = lent.received();
+        let inc = match self.incoming.as_mut() {
+            Some(inc) if self.lent && inc.cookie == lent.cookie && n <= inc.remaining => inc,
+            _ => return Err(ProtocolError::UnknownCookie(lent.cookie)),
+        };
+        self.lent = false;
+        let f = self.in_flight.get_mut(&inc.cookie).ok_or(ProtocolError::UnknownCookie(inc.cookie))?;
+        f.dest = lent.buf;
+        inc.at += n;
+        inc.remaining -= n;
+        if inc.remaining > 0 {
+            self.wanted = inc.remaining;
+            return Ok(None);
+        }
+        match self.data_done()? {
+            Step::Reply(r) => Ok(Some(r)),
+            Step::Wait | Step::Continue => Ok(None),
+        }
+    }
+
+    /// The last chunk of `cookie`'s reply arrived: the reply is complete.
+    fn complete(&mut self, cookie: u64) -> Result<Step, ProtocolError> {
+        let f = self.in_flight.remove(&cookie).expect("in flight");
+        let result = finish(f.command, f.length, f.error, f.dest, f.base, f.covered, f.status)?;
+        Ok(Step::Reply(Reply { cookie, command: f.command, offset: f.offset, length: f.length, result }))
+    }
+}
+
+/// Writes `data` at index `at` of `dest`: over zeroes already there, then
+/// appended.
+fn place(dest: &mut BytesMut, at: usize, data: &[u8]) {
+    if dest.len() < at {
+        dest.resize(at, 0);
+    }
+    let inside = (dest.len() - at).min(data.len());
+    dest[at..at + inside].copy_from_slice(&data[..inside]);
+    dest.extend_from_slice(&data[inside..]);
 }
 
 /// Records `[start, start + len)` (relative to the request) as covered,
@@ -561,7 +767,8 @@ fn finish(
     command: Command,
     length: u32,
     error: Option<ServerError>,
-    mut data: Vec<(u64, Bytes)>,
+    mut dest: BytesMut,
+    base: usize,
     covered: u64,
     status: Option<Vec<BlockDescriptor>>,
 ) -> Result<Result<ReplyData, ServerError>, ProtocolError> {
@@ -573,16 +780,9 @@ fn finish(
             if covered != u64::from(length) {
                 return Err(ProtocolError::LengthMismatch { expected: length.into(), got: covered });
             }
-            if data.len() == 1 && data[0].1.len() == length as usize {
-                ReplyData::Read(data.pop().expect("one").1)
-            } else {
-                // Several chunks or holes: assemble, holes stay zero.
-                let mut out = BytesMut::zeroed(length as usize);
-                for (rel, d) in data {
-                    out[rel as usize..rel as usize + d.len()].copy_from_slice(&d);
-                }
-                ReplyData::Read(out.freeze())
-            }
+            // Holes after the last data chunk.
+            dest.resize(base + length as usize, 0);
+            ReplyData::Read(dest)
         }
         Command::BlockStatus => ReplyData::BlockStatus(status.ok_or(ProtocolError::MissingBlockStatus)?),
         _ => ReplyData::None,
@@ -601,7 +801,8 @@ mod tests {
             req_one: false,
             chunks: 0,
             error: None,
-            data: Vec::new(),
+            dest: BytesMut::new(),
+            base: 0,
             ranges: BTreeMap::new(),
             covered: 0,
             status: None,
