@@ -451,6 +451,7 @@ impl NbdSession {
     async fn call(&self, req: Request) -> Result<ReplyData> {
         let offset = match &req {
             Request::Read { offset, .. }
+            | Request::ReadInto { offset, .. }
             | Request::Write { offset, .. }
             | Request::Trim { offset, .. }
             | Request::WriteZeroes { offset, .. }
@@ -536,12 +537,29 @@ const READ_CHUNK: usize = 256 * 1024;
 async fn reader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, mut buf: BytesMut) {
     let mut done: Vec<(Waiter, Reply)> = Vec::new();
     loop {
-        let want = shared.lock().client.bytes_wanted();
-        let need = want.saturating_sub(buf.len()).max(READ_CHUNK / 4);
-        if buf.capacity() - buf.len() < need {
-            buf.reserve(need.max(READ_CHUNK));
-        }
-        match r.read_buf(&mut buf).await {
+        // Read data due next goes from the socket straight into its
+        // request's buffer; everything else through `buf`.
+        let lent = shared.lock().client.lend_payload();
+        let read = if let Some(mut lent) = lent {
+            let mut got = Ok(1);
+            while lent.want() > 0 && matches!(got, Ok(n) if n > 0) {
+                got = r.read_buf(&mut lent.room()).await;
+            }
+            let returned = shared.lock().client.return_payload(lent);
+            if let Err(e) = returned {
+                shared.fail_all(ErrorKind::Protocol(protocol_message(e)));
+                return;
+            }
+            got
+        } else {
+            let want = shared.lock().client.bytes_wanted();
+            let need = want.saturating_sub(buf.len()).max(READ_CHUNK / 4);
+            if buf.capacity() - buf.len() < need {
+                buf.reserve(need.max(READ_CHUNK));
+            }
+            r.read_buf(&mut buf).await
+        };
+        match read {
             Ok(0) => {
                 shared.fail_all(ErrorKind::Io("server closed the connection".into()));
                 return;
@@ -556,11 +574,7 @@ async fn reader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, mut buf: By
             let mut st = shared.lock();
             if let Err(e) = st.client.handle_input_buf(&mut buf) {
                 drop(st);
-                let msg = match e {
-                    ClientError::Protocol(p) => p.to_string(),
-                    e => e.to_string(),
-                };
-                shared.fail_all(ErrorKind::Protocol(msg));
+                shared.fail_all(ErrorKind::Protocol(protocol_message(e)));
                 return;
             }
             while let Some(ev) = st.client.poll_event() {
@@ -595,6 +609,13 @@ async fn reader<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut r: R, mut buf: By
     }
 }
 
+fn protocol_message(e: ClientError) -> String {
+    match e {
+        ClientError::Protocol(p) => p.to_string(),
+        e => e.to_string(),
+    }
+}
+
 fn unexpected(name: &str, offset: Option<u64>, command: Command) -> EndpointError {
     EndpointError::protocol(name, offset, format!("unexpected reply data for {command}"))
 }
@@ -618,7 +639,7 @@ impl Endpoint for NbdSession {
             return Ok(Bytes::new());
         }
         match self.call(Request::Read { offset, length: len }).await? {
-            ReplyData::Read(b) => Ok(b),
+            ReplyData::Read(b) => Ok(b.freeze()),
             _ => Err(unexpected(&self.shared.name, Some(offset), Command::Read)),
         }
     }

@@ -66,7 +66,9 @@ mod read_tests;
 #[cfg(test)]
 mod tests;
 
-pub use client::{Client, ClientConfig, Event, Goal, Lent, Negotiated, Reply, ReplyData, Request, ServerError};
+pub use client::{
+    Client, ClientConfig, Event, Goal, Lent, Negotiated, Reply, ReplyData, Request, ServerError,
+};
 pub use codec::{Codec, DecodeError, Reader};
 pub use error::{ClientError, ProtocolError, RequestError};
 pub use server::{ExportConfig, ReadChunk, Server, ServerConfig, ServerEvent, ServerRequest, TlsPolicy};

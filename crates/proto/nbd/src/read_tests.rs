@@ -84,9 +84,19 @@ fn pattern(start: u32, end: u32) -> Vec<u8> {
 /// with NBD_REPLY_FLAG_DONE), and the bytes it stands for.
 fn several_chunks(cookie: u64) -> (Vec<u8>, Vec<u8>) {
     let mut input = chunk(0, chunk::OFFSET_DATA, cookie, &data_payload(AT, &pattern(0, 100)));
-    input.extend(chunk(0, chunk::OFFSET_HOLE, cookie, &OffsetHole { offset: AT + 100, length: 200 }.to_bytes()));
+    input.extend(chunk(
+        0,
+        chunk::OFFSET_HOLE,
+        cookie,
+        &OffsetHole { offset: AT + 100, length: 200 }.to_bytes(),
+    ));
     input.extend(chunk(0, chunk::OFFSET_DATA, cookie, &data_payload(AT + 300, &pattern(300, 400))));
-    input.extend(chunk(REPLY_FLAG_DONE, chunk::OFFSET_DATA, cookie, &data_payload(AT + 400, &pattern(400, 1000))));
+    input.extend(chunk(
+        REPLY_FLAG_DONE,
+        chunk::OFFSET_DATA,
+        cookie,
+        &data_payload(AT + 400, &pattern(400, 1000)),
+    ));
     let mut expected = pattern(0, 1000);
     expected[100..300].fill(0);
     (input, expected)
@@ -158,7 +168,11 @@ fn read_into_appends_to_the_callers_buffer_in_place() {
         assert_eq!(&a[..4], b"head");
         assert_eq!(a[4..], expected[..]);
         assert_eq!(b[..], pattern(1000, 1996)[..]);
-        assert_eq!((a.as_ptr(), b.as_ptr()), (first_ptr, second_ptr), "{how:?}: data went into the given buffers");
+        assert_eq!(
+            (a.as_ptr(), b.as_ptr()),
+            (first_ptr, second_ptr),
+            "{how:?}: data went into the given buffers"
+        );
         a.unsplit(b);
         assert_eq!(a.as_ptr(), first_ptr, "the parts join without copying");
         assert_eq!(a.len(), 2000);
@@ -173,7 +187,12 @@ fn chunks_out_of_order_land_at_their_offsets() {
         // The end first, then a hole, then the start, which lands before
         // data already in the buffer.
         let mut input = chunk(0, chunk::OFFSET_DATA, k, &data_payload(AT + 600, &pattern(600, 1000)));
-        input.extend(chunk(0, chunk::OFFSET_HOLE, k, &OffsetHole { offset: AT + 200, length: 400 }.to_bytes()));
+        input.extend(chunk(
+            0,
+            chunk::OFFSET_HOLE,
+            k,
+            &OffsetHole { offset: AT + 200, length: 400 }.to_bytes(),
+        ));
         input.extend(chunk(REPLY_FLAG_DONE, chunk::OFFSET_DATA, k, &data_payload(AT, &pattern(0, 200))));
         let fed = feed(&mut c, &input, &[5, 64], how).unwrap();
         let mut expected = pattern(0, 1000);
@@ -194,7 +213,12 @@ fn an_error_chunk_between_data_chunks_fails_only_that_request() {
             k,
             &ErrorOffsetChunk { error: 5, message: "bad sector".into(), offset: AT + 600 }.to_bytes(),
         ));
-        input.extend(chunk(REPLY_FLAG_DONE, chunk::OFFSET_DATA, k, &data_payload(AT + 500, &pattern(500, 1000))));
+        input.extend(chunk(
+            REPLY_FLAG_DONE,
+            chunk::OFFSET_DATA,
+            k,
+            &data_payload(AT + 500, &pattern(500, 1000)),
+        ));
         let fed = feed(&mut c, &input, &[13], how).unwrap();
         let e = read_data(fed.events).unwrap_err();
         assert_eq!(e.error, NbdError::Io);

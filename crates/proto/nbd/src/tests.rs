@@ -195,7 +195,10 @@ fn write_read_flush_trim_zero_round_trip() {
     let mut p = Pair::go(all_flags());
     let data: Bytes = (0..10_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>().into();
     assert_eq!(p.run(Request::Write { offset: 4096, data: data.clone(), fua: true }), Ok(ReplyData::None));
-    assert_eq!(p.run(Request::Read { offset: 4096, length: 10_000 }), Ok(ReplyData::Read(BytesMut::from(&data[..]))));
+    assert_eq!(
+        p.run(Request::Read { offset: 4096, length: 10_000 }),
+        Ok(ReplyData::Read(BytesMut::from(&data[..])))
+    );
     assert_eq!(p.run(Request::Flush), Ok(ReplyData::None));
     assert_eq!(p.run(Request::Trim { offset: 4096, length: 100, fua: false }), Ok(ReplyData::None));
     assert_eq!(

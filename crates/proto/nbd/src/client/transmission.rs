@@ -447,7 +447,8 @@ impl Transmission {
         buf.advance(SIMPLE_REPLY_HEADER_LEN);
         if hdr.error != 0 {
             let f = self.in_flight.remove(&hdr.cookie).expect("looked up above");
-            let error = ServerError { error: NbdError::from_code(hdr.error), message: String::new(), offset: None };
+            let error =
+                ServerError { error: NbdError::from_code(hdr.error), message: String::new(), offset: None };
             return Ok(Step::Reply(Reply {
                 cookie: hdr.cookie,
                 command: f.command,
@@ -614,9 +615,7 @@ impl Transmission {
             self.wanted = head;
             return Ok(Step::Wait);
         }
-        let offset = u64::from_be_bytes(
-            buf[STRUCTURED_REPLY_HEADER_LEN..head].try_into().expect("8 bytes"),
-        );
+        let offset = u64::from_be_bytes(buf[STRUCTURED_REPLY_HEADER_LEN..head].try_into().expect("8 bytes"));
         let f = self.in_flight.get_mut(&hdr.cookie).expect("looked up by the caller");
         let len = u64::from(hdr.length - 8);
         let req_end = f.offset + u64::from(f.length);
