@@ -44,6 +44,8 @@ pub use wanblk_tune::ProgressPoint;
 pub use wanblk_tune::Timing;
 /// The tuner's record with `--connections auto`.
 pub use wanblk_tune::TuningReport;
+/// How the sessions shared the path: per-session totals and fairness.
+pub use wanblk_tune::share::ShareReport;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 5;
@@ -129,6 +131,10 @@ pub struct Report {
     /// The error that stopped the copy, if it failed.
     #[serde(deserialize_with = "Option::deserialize")]
     pub error: Option<String>,
+    /// How the sessions shared the path: the share mode, the per-interval
+    /// Jain index of the active sessions (median, lowest), what each
+    /// session carried, ceilings on N, copies sharing the host.
+    pub share: ShareReport,
 }
 
 /// What the sessions to one network store carried.
@@ -281,6 +287,15 @@ mod tests {
             cpu_system_s: 2.0,
             notes: vec!["a note".into()],
             error: None,
+            share: ShareReport {
+                mode: "fair".into(),
+                fairness_median: Some(0.97),
+                fairness_min: None,
+                fairness_intervals: 2,
+                sessions: Vec::new(),
+                ceilings: Vec::new(),
+                host_copies: 1,
+            },
         }
     }
 
@@ -331,6 +346,7 @@ mod tests {
             "faults",
             "verify",
             "journal",
+            "share",
         ] {
             let mut v = json(&report());
             v.as_object_mut().unwrap().remove(field);

@@ -8,7 +8,10 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
+use wanblk_tune::share::{Governor, PathObservation, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
+
+use crate::monitor;
 
 /// The controller's view of one pool: its limits and open sessions.
 fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
@@ -69,15 +72,34 @@ pub(crate) fn apply(pools: &[Arc<Pool>], d: Decision) {
     }
 }
 
+/// What the path showed in the interval `ctl` just closed: the active
+/// sessions' median smoothed RTT and the smallest RTT any session saw.
+fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation> {
+    let sample = ctl.samples().last()?;
+    let sessions = monitor::all_samples(pools);
+    let rtts: Vec<f64> =
+        sessions.iter().filter(|s| s.active && s.rtt_us > 0).map(|s| f64::from(s.rtt_us) / 1e6).collect();
+    let min_rtt = sessions.iter().map(|s| s.min_rtt_us).filter(|r| *r > 0).min().unwrap_or(0);
+    Some(PathObservation {
+        t_s: sample.t_s,
+        n: sample.n,
+        rtt_s: median(&rtts)?,
+        min_rtt_s: f64::from(min_rtt) / 1e6,
+        discarded: sample.discarded,
+    })
+}
+
 /// Runs `ctl` on `pools` until `stop` turns true, then records the partial
-/// last interval and returns it. `sessions` follows the active N.
+/// last interval and returns it. After every interval `governor` sees the
+/// path and may set a ceiling on N. `sessions` follows the active N.
 pub(crate) async fn run(
     mut ctl: Controller,
+    mut governor: Governor,
     pools: Vec<Arc<Pool>>,
     completed: impl Fn() -> u64,
     sessions: Arc<AtomicUsize>,
     mut stop: watch::Receiver<bool>,
-) -> Controller {
+) -> (Controller, Governor) {
     loop {
         let wake = tokio::time::Instant::from_std(ctl.poll_timeout());
         tokio::select! {
@@ -85,7 +107,16 @@ pub(crate) async fn run(
             r = stop.wait_for(|s| *s) => { let _ = r; break; }
         }
         let before = ctl.decision().active;
-        if let Some(d) = ctl.on_timeout(Instant::now(), &counters(&pools, completed())) {
+        let measured = ctl.samples().len();
+        let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed()));
+        if ctl.samples().len() > measured
+            && let Some(o) = observation(&ctl, &pools)
+            && let Some(ceiling) = governor.observe(&o)
+        {
+            tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
+            decision = ctl.set_ceiling(ceiling).or(decision);
+        }
+        if let Some(d) = decision {
             apply(&pools, d);
             sessions.store(d.active, Ordering::Relaxed);
             if d.active != before {
@@ -94,5 +125,5 @@ pub(crate) async fn run(
         }
     }
     ctl.finish(Instant::now(), &counters(&pools, completed()));
-    ctl
+    (ctl, governor)
 }

@@ -18,6 +18,7 @@
 mod connect;
 mod drive;
 mod error;
+mod monitor;
 mod options;
 mod tcplog;
 
@@ -29,10 +30,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::{Faults, Pool};
+use wanblk_tune::share::{Governor, GovernorConfig, SessionMeter, ShareReport};
 use wanblk_tune::{Controller, DemandSample, IntervalSample, ProgressPoint, Timing, TuningReport};
 
 pub use connect::{Scheme, connector, is_remote};
 pub use error::RemoteError;
+pub use monitor::MONITOR_PERIOD;
 pub use options::{RemoteOptions, Sessions, TCP_LOG_PERIOD, Tuning};
 pub use tcplog::HEADER as TCP_LOG_HEADER;
 pub use wanblk_iscsi::Mode as IscsiMode;
@@ -56,13 +59,16 @@ pub struct Remote {
 /// The tasks of a started [`Remote`].
 struct Running {
     stop: watch::Sender<bool>,
-    controller: JoinHandle<Controller>,
+    controller: JoinHandle<(Controller, Governor)>,
     tcp_log: Option<JoinHandle<std::io::Result<()>>>,
+    monitor: JoinHandle<SessionMeter>,
 }
 
 /// What the tasks left behind.
 struct Stopped {
     controller: Option<Controller>,
+    governor: Option<Governor>,
+    meter: SessionMeter,
     notes: Vec<String>,
 }
 
@@ -86,6 +92,8 @@ pub struct RemoteSummary {
     pub timing: Option<Timing>,
     /// Bytes moved over time, as the controller saw them.
     pub progress: Vec<ProgressPoint>,
+    /// How the sessions shared the work (per-session totals, fairness).
+    pub share: ShareReport,
 }
 
 /// What one store's pool did.
@@ -243,9 +251,23 @@ impl Remote {
                 "small path (RTT below 1 ms or no TCP): starting small"
             );
         }
-        let controller =
-            tokio::spawn(drive::run(ctl, self.pools.clone(), completed, Arc::clone(&self.sessions), stop_rx));
-        self.running = Some(Running { stop, controller, tcp_log });
+        let monitor = tokio::spawn(monitor::run(
+            self.pools.clone(),
+            self.started,
+            MONITOR_PERIOD,
+            self.options.sessions_view,
+            stop.subscribe(),
+        ));
+        let governor = Governor::new(GovernorConfig::new(self.options.share));
+        let controller = tokio::spawn(drive::run(
+            ctl,
+            governor,
+            self.pools.clone(),
+            completed,
+            Arc::clone(&self.sessions),
+            stop_rx,
+        ));
+        self.running = Some(Running { stop, controller, tcp_log, monitor });
         Ok(())
     }
 
@@ -255,11 +277,11 @@ impl Remote {
         let Some(run) = self.running.take() else { return };
         let _ = run.stop.send(true);
         let mut notes = Vec::new();
-        let controller = match run.controller.await {
-            Ok(c) => Some(c),
+        let (controller, governor) = match run.controller.await {
+            Ok((c, g)) => (Some(c), Some(g)),
             Err(e) => {
                 notes.push(format!("controller failed: {e}"));
-                None
+                (None, None)
             }
         };
         if let Some(t) = run.tcp_log {
@@ -270,7 +292,11 @@ impl Remote {
                 Err(e) => notes.push(format!("TCP log task failed: {e}")),
             }
         }
-        self.stopped = Some(Stopped { controller, notes });
+        let meter = run.monitor.await.unwrap_or_else(|e| {
+            notes.push(format!("session monitor failed: {e}"));
+            SessionMeter::new()
+        });
+        self.stopped = Some(Stopped { controller, governor, meter, notes });
     }
 
     /// Stops (if still running), closes every session cleanly (NBD_CMD_DISC,
@@ -283,8 +309,13 @@ impl Remote {
                 tracing::debug!("closing {}: {e}", p.name());
             }
         }
-        let Stopped { controller, notes: mut task_notes } =
-            self.stopped.take().unwrap_or(Stopped { controller: None, notes: Vec::new() });
+        let Stopped { controller, governor, meter, notes: mut task_notes } =
+            self.stopped.take().unwrap_or(Stopped {
+                controller: None,
+                governor: None,
+                meter: SessionMeter::new(),
+                notes: Vec::new(),
+            });
         let mut notes: Vec<String> = Vec::new();
         for n in self.notes().into_iter().chain(task_notes.drain(..)) {
             if !notes.contains(&n) {
@@ -305,15 +336,20 @@ impl Remote {
                 }
             })
             .collect();
+        let samples = controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default();
+        let fairness: Vec<f64> = samples.iter().filter(|s| !s.discarded).filter_map(|s| s.fairness).collect();
+        let ceilings = governor.map(|g| g.changes().to_vec()).unwrap_or_default();
+        let share = meter.report(self.options.share.as_str(), &fairness, ceilings, 1);
         RemoteSummary {
             sessions: controller.as_ref().map_or(1, |c| c.decision().active),
-            samples: controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default(),
+            samples,
             demand: controller.as_ref().map(|c| c.demand().to_vec()).unwrap_or_default(),
             tuning: controller.as_ref().and_then(Controller::tuning),
             notes,
             stores,
             timing: controller.as_ref().map(Controller::timing),
             progress: controller.as_ref().map(|c| c.progress().to_vec()).unwrap_or_default(),
+            share,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use wanblk_blockdev::pool::{Hedge, PoolConfig, RetryPolicy};
 use wanblk_sys::tcp::TcpOptions;
+use wanblk_tune::share::ShareMode;
 use wanblk_tune::{ControllerConfig, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig};
 
 /// How many sessions each network store gets, as the user asked.
@@ -111,6 +112,11 @@ pub struct RemoteOptions {
     /// treats it as the ceiling. What we receive is bounded by the caller
     /// (the copy engine asks no faster than the cap).
     pub rate_cap_bytes_per_s: Option<u64>,
+    /// Print the live per-session table on stderr every
+    /// [`MONITOR_PERIOD`](crate::MONITOR_PERIOD).
+    pub sessions_view: bool,
+    /// How the sessions share the path with other traffic.
+    pub share: ShareMode,
 }
 
 impl Default for RemoteOptions {
@@ -136,6 +142,8 @@ impl Default for RemoteOptions {
             iscsi_target_secret: None,
             tcp_log: None,
             rate_cap_bytes_per_s: None,
+            sessions_view: false,
+            share: ShareMode::default(),
         }
     }
 }

@@ -56,6 +56,7 @@ pub mod control;
 mod golden;
 mod interval;
 pub mod model;
+pub mod share;
 pub mod sim;
 mod tuner;
 

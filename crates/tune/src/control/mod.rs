@@ -577,6 +577,40 @@ impl Controller {
         self.limits
     }
 
+    /// Keeps a tuned N at or below `ceiling` from now on (`None`: up to the
+    /// configured most again): the hook of the share governor and the
+    /// host's session budget ([`crate::share`]). Call it between intervals
+    /// (right after [`on_timeout`](Self::on_timeout) closed one). Below the
+    /// current N, N is set to the ceiling and held there (the ceiling is
+    /// where the path is full); above it, the search starts again from the
+    /// current N up to the new ceiling. Returns the decision if N changed.
+    /// A fixed N is left alone.
+    pub fn set_ceiling(&mut self, ceiling: Option<usize>) -> Option<Decision> {
+        let Parallelism::Tuned(configured) = &self.config.parallelism else { return None };
+        let tuner = self.tuner.as_ref()?;
+        let cfg = tuner.config().clone();
+        let n_lo = configured.n_min.max(1);
+        let most = configured.n_max.min(self.limits.max_sessions.max(1)).max(n_lo);
+        let n_max = ceiling.map_or(most, |c| c.clamp(n_lo, most));
+        if n_max == cfg.n_max && tuner.current() <= n_max {
+            return None;
+        }
+        let lowered = tuner.current() > n_max;
+        let n0 = tuner.current().clamp(n_lo, n_max);
+        let n_min = if lowered { n_max } else { n_lo };
+        let tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
+        let before = self.decision.active;
+        self.decision.active = tuner.current();
+        self.tuner = Some(tuner);
+        if self.decision.active == before {
+            return None;
+        }
+        self.decreased = self.decision.active < before;
+        let rtt_s = self.samples.last().map_or(0.0, |s| s.rtt_ms / 1e3);
+        self.size_requests(rtt_s);
+        Some(self.decision)
+    }
+
     /// Adds a progress point at `now` (replacing the last one if it is
     /// closer than the spacing).
     fn trace(&mut self, now: Instant, counters: &Counters) {

@@ -187,6 +187,8 @@ fn progress_display(args: &Args, stdout_is_image: bool) -> anyhow::Result<Displa
     };
     Ok(match (args.progress_json, args.progress) {
         (true, _) => Display::Json { out, every },
+        // The bar would redraw over the live session table: lines instead.
+        (false, None | Some(2)) if args.session.sessions_view => Display::Text { out, every },
         (false, None | Some(2)) => Display::stderr_default(every),
         (false, Some(_)) => Display::Text { out, every },
     })
@@ -226,6 +228,7 @@ fn early_report(args: &Args, error: &anyhow::Error, seconds: f64) -> Report {
         cpu_system_s: 0.0,
         notes: Vec::new(),
         error: Some(format!("{error:#}")),
+        share: wanblk_tune::share::SessionMeter::new().report(args.session.share.as_str(), &[], Vec::new(), 1),
     }
 }
 
@@ -619,6 +622,7 @@ fn report(args: &Args, src: &Opened, dst: &Opened, progress: &Progress, summary:
         cpu_system_s: 0.0,
         notes: summary.notes,
         error: None,
+        share: summary.share,
     }
 }
 

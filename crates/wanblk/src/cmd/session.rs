@@ -8,6 +8,7 @@ use wanblk_blockdev::pool::{Hedge, RetryPolicy};
 use wanblk_remote::{RemoteOptions, Sessions, Tuning};
 use wanblk_sys::tcp::TcpOptions;
 use wanblk_tune::IntervalChoice;
+use wanblk_tune::share::ShareMode;
 
 use crate::units::{parse_duration_or_zero, parse_size};
 
@@ -272,6 +273,31 @@ pub(crate) struct SessionArgs {
     /// idle. 0 turns the deadline off.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration_or_zero)]
     pub(crate) io_timeout: Duration,
+
+    /// How `--connections auto` shares the network path with other
+    /// traffic. `fair` (the default): stop adding sessions once the path is
+    /// full, read from the round-trip time rising above the path's base
+    /// RTT (a standing queue at the bottleneck); up to a quarter of the base
+    /// RTT of queue is allowed, so a flow sharing the path keeps most of
+    /// its rate, and against traffic that keeps the queue full wanblk falls
+    /// back towards one session's share. `polite`: the same, allowing
+    /// almost no queue (5 % of the base RTT), so other traffic goes first.
+    /// `greedy`: no such limit; more sessions are added as long as goodput
+    /// rises, even when it is taken from other flows (the behaviour before
+    /// this option existed). A queue of up to 3 ms always counts as none.
+    #[arg(long, value_name = "MODE", default_value = "fair", value_parser = parse_share)]
+    pub(crate) share: ShareMode,
+
+    /// Print a table of the sessions every second on stderr instead of
+    /// the progress bar: each session's goodput, congestion window, RTT,
+    /// retransmits and share of the bytes, and Jain's fairness index of
+    /// the active sessions.
+    #[arg(long)]
+    pub(crate) sessions_view: bool,
+}
+
+fn parse_share(s: &str) -> Result<ShareMode, String> {
+    s.parse::<ShareMode>().map_err(|e| e.to_string())
 }
 
 pub(crate) fn parse_secret_file(s: &str) -> Result<wanblk_remote::Secret, String> {
@@ -349,6 +375,8 @@ impl SessionArgs {
             iscsi_target_secret: self.target_secret_file.clone(),
             tcp_log: None,
             rate_cap_bytes_per_s: None,
+            sessions_view: self.sessions_view,
+            share: self.share,
         }
     }
 }

@@ -1,0 +1,340 @@
+//! Competition-aware tuning: a ceiling on N from the standing queue.
+//!
+//! Parallel sessions fill a long-fat path because N flows take N shares
+//! of it. Alone, goodput stops rising once the path is full; against other
+//! flows it keeps rising, because every extra session takes share from
+//! them, and the tuner reads that as "more N, more goodput". The
+//! difference shows in the round-trip time: while the path has idle
+//! capacity the sessions' smoothed RTT stays at the path's base RTT (the
+//! smallest RTT seen); once the sessions together keep more in flight than
+//! the path holds, the surplus waits in the bottleneck queue and every
+//! flow on the path, ours and the others, sees the RTT grow, and a
+//! window-limited flow's rate falls with it.
+//!
+//! So the governor estimates, from one settled interval, how many of our
+//! sessions fill the path without a standing queue: with N sessions
+//! moving their windows every RTT, the same windows every base RTT plus
+//! the allowed queue need N x (base + allowed) / RTT sessions (TCP Vegas'
+//! estimate, applied to the ensemble). It keeps the tuner at that N
+//! ([`Controller::set_ceiling`](crate::Controller::set_ceiling)); while the
+//! queue stays below half of what the mode allows for a few intervals at
+//! the ceiling, it raises the ceiling by a quarter (other traffic may have
+//! left), and the tuner searches up to it.
+//!
+//! Against a loss-based flow that keeps the queue full whatever we do, the
+//! ceiling falls towards one session: the ensemble then takes about one
+//! flow's share, as one more TCP flow would.
+//!
+//! Sans-I/O: fed with [`PathObservation`]s, it answers ceilings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// How wanblk shares the path with other traffic (`--share`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShareMode {
+    /// Yield to other traffic: keep the standing queue our sessions add
+    /// near zero (at most 5 % of the base RTT, or 3 ms).
+    Polite,
+    /// Stop adding sessions once the path is full: allow a standing queue
+    /// of a quarter of the base RTT (or 3 ms), so a window-limited flow
+    /// sharing the path keeps at least 0.8 of its rate.
+    #[default]
+    Fair,
+    /// No ceiling: the tuner takes whatever more sessions bring, even
+    /// from other flows.
+    Greedy,
+}
+
+impl ShareMode {
+    /// Its name on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShareMode::Polite => "polite",
+            ShareMode::Fair => "fair",
+            ShareMode::Greedy => "greedy",
+        }
+    }
+}
+
+impl fmt::Display for ShareMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A share mode name that is none of `polite`, `fair`, `greedy`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected polite, fair or greedy, got {0:?}")]
+pub struct UnknownShareMode(String);
+
+impl FromStr for ShareMode {
+    type Err = UnknownShareMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "polite" => Ok(ShareMode::Polite),
+            "fair" => Ok(ShareMode::Fair),
+            "greedy" => Ok(ShareMode::Greedy),
+            _ => Err(UnknownShareMode(s.to_string())),
+        }
+    }
+}
+
+/// The governor's thresholds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GovernorConfig {
+    /// The mode.
+    pub mode: ShareMode,
+    /// Standing queue always allowed, seconds (RTT noise on short paths).
+    pub queue_floor_s: f64,
+    /// Standing queue allowed as a share of the base RTT.
+    pub queue_share: f64,
+    /// Clean intervals at the ceiling before it is raised again.
+    pub release_after: usize,
+    /// Fewest sessions the ceiling allows.
+    pub n_min: usize,
+}
+
+impl GovernorConfig {
+    /// The thresholds of `mode` (see [`ShareMode`]).
+    pub fn new(mode: ShareMode) -> GovernorConfig {
+        GovernorConfig {
+            mode,
+            queue_floor_s: 0.003,
+            queue_share: match mode {
+                ShareMode::Polite => 0.05,
+                ShareMode::Fair | ShareMode::Greedy => 0.25,
+            },
+            release_after: 4,
+            n_min: 1,
+        }
+    }
+
+    /// The standing queue allowed on a path of base RTT `base_s`, seconds.
+    pub fn allowed_queue_s(&self, base_s: f64) -> f64 {
+        self.queue_floor_s.max(self.queue_share * base_s)
+    }
+}
+
+/// What one measured interval showed about the path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathObservation {
+    /// End of the interval, seconds since the start.
+    pub t_s: f64,
+    /// Active sessions during the interval.
+    pub n: usize,
+    /// Median smoothed RTT of the active sessions at the end, seconds.
+    pub rtt_s: f64,
+    /// Smallest RTT any session has seen, seconds (`tcpi_min_rtt`; 0:
+    /// unknown).
+    pub min_rtt_s: f64,
+    /// The interval was a warm-up (N had just changed): nothing is decided
+    /// from it.
+    pub discarded: bool,
+}
+
+/// One change of the ceiling, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CeilingChange {
+    /// When, seconds since the start.
+    pub t_s: f64,
+    /// Active sessions in the interval that decided it.
+    pub n: usize,
+    /// The new ceiling (`null`: none).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub ceiling: Option<usize>,
+    /// Standing queue seen (smoothed RTT above the base RTT), ms.
+    pub queue_ms: f64,
+    /// The path's base RTT, ms.
+    pub base_rtt_ms: f64,
+}
+
+/// The governor. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Governor {
+    config: GovernorConfig,
+    base_s: Option<f64>,
+    ceiling: Option<usize>,
+    clean: usize,
+    changes: Vec<CeilingChange>,
+}
+
+impl Governor {
+    /// A governor with no ceiling yet.
+    pub fn new(config: GovernorConfig) -> Governor {
+        Governor { config, base_s: None, ceiling: None, clean: 0, changes: Vec::new() }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GovernorConfig {
+        &self.config
+    }
+
+    /// The ceiling on N now (`None`: none).
+    pub fn ceiling(&self) -> Option<usize> {
+        self.ceiling
+    }
+
+    /// The path's base RTT so far, seconds.
+    pub fn base_rtt_s(&self) -> Option<f64> {
+        self.base_s
+    }
+
+    /// Every change of the ceiling so far.
+    pub fn changes(&self) -> &[CeilingChange] {
+        &self.changes
+    }
+
+    /// Takes one interval; returns the new ceiling when it changed
+    /// (`Some(None)`: removed). Greedy never sets one.
+    pub fn observe(&mut self, o: &PathObservation) -> Option<Option<usize>> {
+        let valid = |x: f64| x.is_finite() && x > 0.0;
+        for rtt in [o.min_rtt_s, o.rtt_s] {
+            if valid(rtt) {
+                self.base_s = Some(self.base_s.map_or(rtt, |b| b.min(rtt)));
+                break;
+            }
+        }
+        let (Some(base), true) = (self.base_s, valid(o.rtt_s)) else { return None };
+        if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy {
+            return None;
+        }
+        let queue = (o.rtt_s - base).max(0.0);
+        let allowed = self.config.allowed_queue_s(base);
+        let new = if queue <= allowed / 2.0 {
+            // Room to spare: other traffic may have left.
+            self.clean += 1;
+            match self.ceiling {
+                Some(c) if o.n >= c && self.clean >= self.config.release_after => {
+                    self.clean = 0;
+                    Some(c + (c / 4).max(1))
+                }
+                _ => return None,
+            }
+        } else if queue <= allowed {
+            // Full, within what the mode allows: stay.
+            self.clean = 0;
+            return None;
+        } else {
+            self.clean = 0;
+            // The sessions that would carry the same windows with only
+            // the allowed queue standing.
+            let fill = (o.n as f64 * (base + allowed) / o.rtt_s).floor() as usize;
+            let target = fill.max(self.config.n_min);
+            if target >= o.n && self.ceiling.is_none_or(|c| c >= o.n) {
+                // Our N is within what the path holds: the queue is not ours.
+                return None;
+            }
+            Some(self.ceiling.map_or(target, |c| c.min(target.max(self.config.n_min))))
+        };
+        if new == self.ceiling {
+            return None;
+        }
+        self.ceiling = new;
+        self.changes.push(CeilingChange {
+            t_s: o.t_s,
+            n: o.n,
+            ceiling: new,
+            queue_ms: queue * 1e3,
+            base_rtt_ms: base * 1e3,
+        });
+        Some(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(n: usize, rtt_ms: f64) -> PathObservation {
+        PathObservation { t_s: 0.0, n, rtt_s: rtt_ms / 1e3, min_rtt_s: 0.1, discarded: false }
+    }
+
+    #[test]
+    fn names_round_trip_and_bad_names_are_named() {
+        for m in [ShareMode::Polite, ShareMode::Fair, ShareMode::Greedy] {
+            assert_eq!(m.as_str().parse::<ShareMode>(), Ok(m));
+        }
+        assert_eq!("FAIR".parse::<ShareMode>(), Ok(ShareMode::Fair));
+        let e = "nice".parse::<ShareMode>().unwrap_err().to_string();
+        assert!(e.contains("polite, fair or greedy") && e.contains("nice"), "{e}");
+        assert_eq!(ShareMode::default(), ShareMode::Fair);
+    }
+
+    #[test]
+    fn no_queue_no_ceiling() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Polite));
+        for n in [4, 8, 16] {
+            assert_eq!(g.observe(&obs(n, 100.5)), None);
+        }
+        assert_eq!(g.ceiling(), None);
+    }
+
+    #[test]
+    fn a_standing_queue_sets_the_ceiling_where_the_path_is_full() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        // 16 sessions with RTT 210 ms on a 100 ms path: 16 x 125 / 210 = 9.5.
+        assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(9)));
+        // A warm-up decides nothing.
+        assert_eq!(g.observe(&PathObservation { discarded: true, ..obs(10, 300.0) }), None);
+        // The ceiling only falls while the queue stands.
+        assert_eq!(g.observe(&obs(9, 180.0)), Some(Some(6)));
+        assert_eq!(g.ceiling(), Some(6));
+        assert_eq!(g.changes().len(), 2);
+        assert!((g.changes()[0].queue_ms - 110.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn polite_allows_less_queue_than_fair() {
+        let mut fair = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let mut polite = Governor::new(GovernorConfig::new(ShareMode::Polite));
+        assert_eq!(fair.observe(&obs(8, 118.0)), None, "18 ms is within a quarter of 100 ms");
+        assert_eq!(polite.observe(&obs(8, 118.0)), Some(Some(7)), "8 x 105 / 118 = 7.1");
+    }
+
+    #[test]
+    fn greedy_never_sets_a_ceiling() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Greedy));
+        for n in [4, 16, 64] {
+            assert_eq!(g.observe(&obs(n, 400.0)), None);
+        }
+        assert_eq!(g.ceiling(), None);
+        assert_eq!(g.base_rtt_s(), Some(0.1));
+    }
+
+    #[test]
+    fn the_ceiling_rises_again_after_clean_intervals_at_it() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(16, 250.0)), Some(Some(8)));
+        for _ in 0..3 {
+            assert_eq!(g.observe(&obs(8, 101.0)), None);
+        }
+        assert_eq!(g.observe(&obs(8, 101.0)), Some(Some(10)));
+    }
+
+    #[test]
+    fn against_a_full_queue_the_ceiling_falls_to_n_min() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let mut n = 16;
+        for _ in 0..10 {
+            if let Some(Some(c)) = g.observe(&obs(n, 200.0)) {
+                n = c;
+            }
+        }
+        assert_eq!(g.ceiling(), Some(1));
+    }
+
+    #[test]
+    fn bad_rtts_are_ignored() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        for rtt in [f64::NAN, -1.0, 0.0, f64::INFINITY] {
+            let o = PathObservation { t_s: 0.0, n: 8, rtt_s: rtt, min_rtt_s: rtt, discarded: false };
+            assert_eq!(g.observe(&o), None);
+        }
+        assert_eq!(g.base_rtt_s(), None);
+    }
+}

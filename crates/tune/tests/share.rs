@@ -1,0 +1,198 @@
+//! The controller and the share governor together, in simulated time, on a
+//! fluid model of one bottleneck shared with other traffic: the tuner must
+//! stop adding sessions once the path is full and shared, still fill the
+//! path alone, and `greedy` must be exactly the behaviour without the
+//! governor.
+
+use std::time::{Duration, Instant};
+
+use wanblk_tune::share::{Governor, GovernorConfig, PathObservation, ShareMode, median};
+use wanblk_tune::{
+    Controller, ControllerConfig, Counters, Parallelism, PoolCounters, PoolLimits, SessionCounters,
+    TcpCounters, TunerConfig,
+};
+
+/// 1 Gbit/s, 100 ms base RTT, a drop-tail queue of one BDP; each of our
+/// sessions window-limited so that 9 fill the path alone.
+const CAPACITY: f64 = 125e6;
+const BASE_RTT: f64 = 0.1;
+const BDP: f64 = CAPACITY * BASE_RTT;
+const MAX_QUEUE_S: f64 = 0.1;
+
+/// What shares the path with us.
+#[derive(Clone, Copy, Debug)]
+enum Other {
+    Nobody,
+    /// One window-limited flow with this window (bytes).
+    Window(f64),
+    /// A loss-based flow that keeps the queue full.
+    LossBased,
+}
+
+/// Steady state with `n` of our sessions: (our rate, the other's rate, RTT).
+fn steady(n: usize, other: Other) -> (f64, f64, f64) {
+    let ours = n as f64 * BDP / 9.0;
+    match other {
+        Other::LossBased => {
+            let rtt = BASE_RTT + MAX_QUEUE_S;
+            let rate = (ours / rtt).min(CAPACITY * n as f64 / (n as f64 + 1.0));
+            (rate, CAPACITY - rate, rtt)
+        }
+        Other::Nobody | Other::Window(_) => {
+            let theirs = if let Other::Window(w) = other { w } else { 0.0 };
+            let inflight = ours + theirs;
+            if inflight <= BDP {
+                (ours / BASE_RTT, theirs / BASE_RTT, BASE_RTT)
+            } else {
+                let rtt = (inflight / CAPACITY).min(BASE_RTT + MAX_QUEUE_S);
+                (CAPACITY * ours / inflight, CAPACITY * theirs / inflight, rtt)
+            }
+        }
+    }
+}
+
+struct Run {
+    /// N per measured interval.
+    n: Vec<usize>,
+    /// Our goodput and the other flow's over the last 60 simulated seconds.
+    ours: f64,
+    theirs: f64,
+    /// Goodput per interval as the controller measured it.
+    samples: Vec<(usize, f64)>,
+}
+
+/// Drives the real controller (and, with `share`, the governor as the
+/// driver does) for `seconds` of simulated time.
+fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
+    let limits =
+        PoolLimits { max_sessions: 64, max_request_bytes: 4 << 20, request_align: 512, max_depth: 4 };
+    let mut bytes = [0u64; 64];
+    let t0 = Instant::now();
+    let counters = |active: usize, bytes: &[u64; 64], rtt: f64| Counters {
+        completed_bytes: bytes.iter().sum(),
+        pools: vec![PoolCounters {
+            limits,
+            sessions: (0..64)
+                .map(|i| SessionCounters {
+                    index: i,
+                    active: i < active,
+                    in_flight: 0,
+                    tcp: Some(TcpCounters {
+                        bytes: bytes[i],
+                        rtt_us: (rtt * 1e6) as u32,
+                        cwnd_bytes: (BDP / 9.0) as u64,
+                        ..TcpCounters::default()
+                    }),
+                })
+                .collect(),
+            idle_slot_us: None,
+        }],
+    };
+    let config =
+        ControllerConfig::new(Parallelism::Tuned(TunerConfig { n0: 4, n_max: 64, ..TunerConfig::default() }));
+    let mut ctl = Controller::new(config, &counters(4, &bytes, BASE_RTT), t0).unwrap();
+    let mut governor = share.map(|m| Governor::new(GovernorConfig::new(m)));
+    let mut now = t0;
+    let mut active = ctl.decision().active;
+    let (mut ours, mut theirs) = (0.0, 0.0);
+    let end = t0 + Duration::from_secs_f64(seconds);
+    while now < end {
+        let next = ctl.poll_timeout().max(now).min(end);
+        let dt = next.saturating_duration_since(now).as_secs_f64();
+        let (rate, other_rate, _) = steady(active, other);
+        for b in bytes.iter_mut().take(active) {
+            *b += (rate / active as f64 * dt) as u64;
+        }
+        let counted = next.saturating_duration_since(now.max(end - Duration::from_secs(60))).as_secs_f64();
+        ours += rate * counted;
+        theirs += other_rate * counted;
+        now = next;
+        let measured = ctl.samples().len();
+        let (_, _, rtt_now) = steady(active, other);
+        let mut decision = ctl.on_timeout(now, &counters(active, &bytes, rtt_now));
+        if ctl.samples().len() > measured
+            && let Some(g) = governor.as_mut()
+        {
+            let s = *ctl.samples().last().unwrap();
+            let o = PathObservation {
+                t_s: s.t_s,
+                n: s.n,
+                rtt_s: median(&[rtt_now]).unwrap(),
+                min_rtt_s: BASE_RTT,
+                discarded: s.discarded,
+            };
+            if let Some(c) = g.observe(&o) {
+                decision = ctl.set_ceiling(c).or(decision);
+            }
+        }
+        if let Some(d) = decision {
+            active = d.active;
+        }
+    }
+    Run {
+        n: ctl.samples().iter().map(|s| s.n).collect(),
+        ours: ours / 60.0,
+        theirs: theirs / 60.0,
+        samples: ctl.samples().iter().map(|s| (s.n, s.goodput_mbps)).collect(),
+    }
+}
+
+fn late_max_n(r: &Run) -> usize {
+    r.n[r.n.len() / 2..].iter().copied().max().unwrap()
+}
+
+#[test]
+fn greedy_is_exactly_the_behaviour_without_the_governor() {
+    for other in [Other::Nobody, Other::Window(0.262 * BDP), Other::LossBased] {
+        let without = simulate(other, None, 300.0);
+        let greedy = simulate(other, Some(ShareMode::Greedy), 300.0);
+        assert_eq!(without.samples, greedy.samples, "{other:?}");
+    }
+}
+
+#[test]
+fn alone_the_path_is_still_filled() {
+    let greedy = simulate(Other::Nobody, Some(ShareMode::Greedy), 300.0);
+    for mode in [ShareMode::Fair, ShareMode::Polite] {
+        let r = simulate(Other::Nobody, Some(mode), 300.0);
+        assert!(
+            r.ours >= 0.97 * greedy.ours,
+            "{mode}: {:.0} Mbit/s against greedy's {:.0}; N {:?}",
+            r.ours * 8e-6,
+            greedy.ours * 8e-6,
+            r.n
+        );
+    }
+}
+
+#[test]
+fn a_window_limited_flow_keeps_most_of_its_rate() {
+    let window = 0.262 * BDP;
+    let alone = window / BASE_RTT;
+    let greedy = simulate(Other::Window(window), Some(ShareMode::Greedy), 300.0);
+    let fair = simulate(Other::Window(window), Some(ShareMode::Fair), 300.0);
+    assert!(
+        fair.theirs >= 0.8 * alone,
+        "fair: the other flow keeps {:.2} of its rate; N {:?}",
+        fair.theirs / alone,
+        fair.n
+    );
+    assert!(
+        late_max_n(&fair) < late_max_n(&greedy),
+        "fair stops adding sessions once the path is full: {:?} vs greedy {:?}",
+        fair.n,
+        greedy.n
+    );
+    // Our sessions still fill what the other flow leaves.
+    assert!(fair.ours + fair.theirs >= 0.9 * CAPACITY, "{:.0} + {:.0}", fair.ours * 8e-6, fair.theirs * 8e-6);
+    let polite = simulate(Other::Window(window), Some(ShareMode::Polite), 300.0);
+    assert!(polite.theirs >= fair.theirs * 0.99, "polite yields at least as much as fair");
+}
+
+#[test]
+fn against_a_queue_filling_flow_the_ensemble_takes_about_one_flows_share() {
+    let fair = simulate(Other::LossBased, Some(ShareMode::Fair), 300.0);
+    let greedy = simulate(Other::LossBased, Some(ShareMode::Greedy), 300.0);
+    assert!(late_max_n(&fair) <= 2, "N {:?}", fair.n);
+    assert!(late_max_n(&greedy) > 2, "greedy climbs: {:?}", greedy.n);
+}
