@@ -120,6 +120,7 @@ pub(crate) mod tests {
             cpu_system_s: 1.0,
             notes: Vec::new(),
             error: None,
+            share: wanblk_tune::share::SessionMeter::new().report("fair", &[], Vec::new(), 1),
         }
     }
 

@@ -21,9 +21,15 @@
 //! the ceiling, it raises the ceiling by a quarter (other traffic may have
 //! left), and the tuner searches up to it.
 //!
-//! Against a loss-based flow that keeps the queue full whatever we do, the
-//! ceiling falls towards one session: the ensemble then takes about one
-//! flow's share, as one more TCP flow would.
+//! A queue alone is not proof: a server that paces each connection (or a
+//! slow disk behind it) also makes the RTT grow, while every added session
+//! still adds as much goodput as the others carry. So `fair` lowers the
+//! ceiling only when the goodput per session has also fallen against a
+//! smaller N (the third signal: the aggregate's delivery rate per
+//! session falling as N rises). `polite` acts on the queue alone: against
+//! a loss-based flow that keeps the queue full whatever we do, its ceiling
+//! falls towards one session, and the ensemble takes about one flow's
+//! share, as one more TCP flow would.
 //!
 //! Sans-I/O: fed with [`PathObservation`]s, it answers ceilings.
 
@@ -37,10 +43,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "lowercase")]
 pub enum ShareMode {
     /// Yield to other traffic: keep the standing queue our sessions add
-    /// near zero (at most 5 % of the base RTT, or 3 ms).
+    /// near zero (at most 5 % of the base RTT, or 10 ms).
     Polite,
     /// Stop adding sessions once the path is full: allow a standing queue
-    /// of a quarter of the base RTT (or 3 ms), so a window-limited flow
+    /// of a quarter of the base RTT (or 10 ms), so a window-limited flow
     /// sharing the path keeps at least 0.8 of its rate.
     #[default]
     Fair,
@@ -97,6 +103,14 @@ pub struct GovernorConfig {
     pub release_after: usize,
     /// Fewest sessions the ceiling allows.
     pub n_min: usize,
+    /// `fair` lowers the ceiling only when the goodput per session at N is
+    /// below this share of what it was at a smaller N (more sessions
+    /// crowd each other instead of filling idle capacity); `polite` acts on
+    /// the queue alone.
+    pub crowding: f64,
+    /// Consecutive full intervals (N may differ) before the ceiling is
+    /// lowered, so one interval of a session still ramping up does not.
+    pub confirm: usize,
 }
 
 impl GovernorConfig {
@@ -104,13 +118,15 @@ impl GovernorConfig {
     pub fn new(mode: ShareMode) -> GovernorConfig {
         GovernorConfig {
             mode,
-            queue_floor_s: 0.003,
+            queue_floor_s: 0.010,
             queue_share: match mode {
                 ShareMode::Polite => 0.05,
                 ShareMode::Fair | ShareMode::Greedy => 0.25,
             },
             release_after: 4,
             n_min: 1,
+            crowding: 0.85,
+            confirm: 2,
         }
     }
 
@@ -132,6 +148,8 @@ pub struct PathObservation {
     /// Smallest RTT any session has seen, seconds (`tcpi_min_rtt`; 0:
     /// unknown).
     pub min_rtt_s: f64,
+    /// Goodput of all our sessions over the interval, bytes per second.
+    pub goodput_bytes_per_s: f64,
     /// The interval was a warm-up (N had just changed): nothing is decided
     /// from it.
     pub discarded: bool,
@@ -158,15 +176,27 @@ pub struct CeilingChange {
 pub struct Governor {
     config: GovernorConfig,
     base_s: Option<f64>,
+    /// Best goodput per session seen at each N (settled intervals).
+    per_session: std::collections::BTreeMap<usize, f64>,
     ceiling: Option<usize>,
     clean: usize,
+    /// Consecutive full intervals so far.
+    full: usize,
     changes: Vec<CeilingChange>,
 }
 
 impl Governor {
     /// A governor with no ceiling yet.
     pub fn new(config: GovernorConfig) -> Governor {
-        Governor { config, base_s: None, ceiling: None, clean: 0, changes: Vec::new() }
+        Governor {
+            config,
+            base_s: None,
+            per_session: std::collections::BTreeMap::new(),
+            ceiling: None,
+            clean: 0,
+            full: 0,
+            changes: Vec::new(),
+        }
     }
 
     /// The configuration.
@@ -205,6 +235,18 @@ impl Governor {
         }
         let queue = (o.rtt_s - base).max(0.0);
         let allowed = self.config.allowed_queue_s(base);
+        let per_session = o.goodput_bytes_per_s / o.n as f64;
+        // Per-session goodput fell as N rose: the extra sessions took
+        // their share from the others (ours or other traffic's), they
+        // did not fill idle capacity.
+        let crowded = per_session.is_finite()
+            && self.per_session.range(..o.n).any(|(_, best)| per_session < best * self.config.crowding);
+        if per_session.is_finite() && per_session > 0.0 {
+            let best = self.per_session.entry(o.n).or_insert(per_session);
+            *best = best.max(per_session);
+        }
+        let full = queue > allowed && (crowded || self.config.mode == ShareMode::Polite);
+        self.full = if full { self.full + 1 } else { 0 };
         let new = if queue <= allowed / 2.0 {
             // Room to spare: other traffic may have left.
             self.clean += 1;
@@ -217,6 +259,15 @@ impl Governor {
             }
         } else if queue <= allowed {
             // Full, within what the mode allows: stay.
+            self.clean = 0;
+            return None;
+        } else if !crowded && self.config.mode != ShareMode::Polite {
+            // A queue, but each session still moves as much as with fewer:
+            // more N still adds capacity (the RTT grew with the server's
+            // pace, not with a queue we share).
+            self.clean = 0;
+            return None;
+        } else if self.full < self.config.confirm {
             self.clean = 0;
             return None;
         } else {
@@ -250,8 +301,33 @@ impl Governor {
 mod tests {
     use super::*;
 
+    /// `mode`, lowering the ceiling on the first full interval.
+    fn one(mode: ShareMode) -> GovernorConfig {
+        GovernorConfig { confirm: 1, ..GovernorConfig::new(mode) }
+    }
+
+    #[test]
+    fn one_full_interval_is_not_enough_by_default() {
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(8, 100.5)), None);
+        assert_eq!(g.observe(&obs(16, 210.0)), None, "a session may still be ramping up");
+        assert_eq!(g.observe(&obs(16, 100.5)), None, "it was");
+        assert_eq!(g.observe(&obs(16, 210.0)), None);
+        assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(9)), "confirmed");
+    }
+
     fn obs(n: usize, rtt_ms: f64) -> PathObservation {
-        PathObservation { t_s: 0.0, n, rtt_s: rtt_ms / 1e3, min_rtt_s: 0.1, discarded: false }
+        // Window-limited sessions on a 100 ms path: each moves 1 MB per
+        // RTT, so per-session goodput falls as the RTT grows.
+        let goodput_bytes_per_s = n as f64 * 1e6 / (rtt_ms / 1e3);
+        PathObservation {
+            t_s: 0.0,
+            n,
+            rtt_s: rtt_ms / 1e3,
+            min_rtt_s: 0.1,
+            goodput_bytes_per_s,
+            discarded: false,
+        }
     }
 
     #[test]
@@ -267,7 +343,7 @@ mod tests {
 
     #[test]
     fn no_queue_no_ceiling() {
-        let mut g = Governor::new(GovernorConfig::new(ShareMode::Polite));
+        let mut g = Governor::new(one(ShareMode::Polite));
         for n in [4, 8, 16] {
             assert_eq!(g.observe(&obs(n, 100.5)), None);
         }
@@ -276,7 +352,8 @@ mod tests {
 
     #[test]
     fn a_standing_queue_sets_the_ceiling_where_the_path_is_full() {
-        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(8, 100.5)), None, "no queue at 8");
         // 16 sessions with RTT 210 ms on a 100 ms path: 16 x 125 / 210 = 9.5.
         assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(9)));
         // A warm-up decides nothing.
@@ -290,8 +367,8 @@ mod tests {
 
     #[test]
     fn polite_allows_less_queue_than_fair() {
-        let mut fair = Governor::new(GovernorConfig::new(ShareMode::Fair));
-        let mut polite = Governor::new(GovernorConfig::new(ShareMode::Polite));
+        let mut fair = Governor::new(one(ShareMode::Fair));
+        let mut polite = Governor::new(one(ShareMode::Polite));
         assert_eq!(fair.observe(&obs(8, 118.0)), None, "18 ms is within a quarter of 100 ms");
         assert_eq!(polite.observe(&obs(8, 118.0)), Some(Some(7)), "8 x 105 / 118 = 7.1");
     }
@@ -308,7 +385,8 @@ mod tests {
 
     #[test]
     fn the_ceiling_rises_again_after_clean_intervals_at_it() {
-        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(8, 100.5)), None);
         assert_eq!(g.observe(&obs(16, 250.0)), Some(Some(8)));
         for _ in 0..3 {
             assert_eq!(g.observe(&obs(8, 101.0)), None);
@@ -317,8 +395,23 @@ mod tests {
     }
 
     #[test]
-    fn against_a_full_queue_the_ceiling_falls_to_n_min() {
-        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+    fn fair_ignores_a_queue_while_sessions_do_not_crowd_each_other() {
+        // A server that paces each connection: the RTT grows, but every
+        // added session adds as much goodput as the others carry.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        for n in [1, 2, 4, 8, 16] {
+            let o =
+                PathObservation { goodput_bytes_per_s: n as f64 * 50e6, ..obs(n, 110.0 + n as f64 * 10.0) };
+            assert_eq!(g.observe(&o), None, "{n}");
+        }
+        let mut polite = Governor::new(one(ShareMode::Polite));
+        let o = PathObservation { goodput_bytes_per_s: 16.0 * 50e6, ..obs(16, 270.0) };
+        assert!(polite.observe(&o).is_some(), "polite acts on the queue alone");
+    }
+
+    #[test]
+    fn polite_against_a_full_queue_falls_to_n_min() {
+        let mut g = Governor::new(one(ShareMode::Polite));
         let mut n = 16;
         for _ in 0..10 {
             if let Some(Some(c)) = g.observe(&obs(n, 200.0)) {
@@ -330,9 +423,16 @@ mod tests {
 
     #[test]
     fn bad_rtts_are_ignored() {
-        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let mut g = Governor::new(one(ShareMode::Fair));
         for rtt in [f64::NAN, -1.0, 0.0, f64::INFINITY] {
-            let o = PathObservation { t_s: 0.0, n: 8, rtt_s: rtt, min_rtt_s: rtt, discarded: false };
+            let o = PathObservation {
+                t_s: 0.0,
+                n: 8,
+                rtt_s: rtt,
+                min_rtt_s: rtt,
+                goodput_bytes_per_s: rtt,
+                discarded: false,
+            };
             assert_eq!(g.observe(&o), None);
         }
         assert_eq!(g.base_rtt_s(), None);

@@ -228,7 +228,12 @@ fn early_report(args: &Args, error: &anyhow::Error, seconds: f64) -> Report {
         cpu_system_s: 0.0,
         notes: Vec::new(),
         error: Some(format!("{error:#}")),
-        share: wanblk_tune::share::SessionMeter::new().report(args.session.share.as_str(), &[], Vec::new(), 1),
+        share: wanblk_tune::share::SessionMeter::new().report(
+            args.session.share.as_str(),
+            &[],
+            Vec::new(),
+            1,
+        ),
     }
 }
 

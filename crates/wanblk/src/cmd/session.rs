@@ -276,15 +276,18 @@ pub(crate) struct SessionArgs {
 
     /// How `--connections auto` shares the network path with other
     /// traffic. `fair` (the default): stop adding sessions once the path is
-    /// full, read from the round-trip time rising above the path's base
-    /// RTT (a standing queue at the bottleneck); up to a quarter of the base
-    /// RTT of queue is allowed, so a flow sharing the path keeps most of
-    /// its rate, and against traffic that keeps the queue full wanblk falls
-    /// back towards one session's share. `polite`: the same, allowing
-    /// almost no queue (5 % of the base RTT), so other traffic goes first.
-    /// `greedy`: no such limit; more sessions are added as long as goodput
-    /// rises, even when it is taken from other flows (the behaviour before
-    /// this option existed). A queue of up to 3 ms always counts as none.
+    /// full and shared: the round-trip time has risen above the path's base
+    /// RTT by more than a quarter of it (a standing queue at the
+    /// bottleneck) and each session moves less than with fewer sessions
+    /// (more sessions only take share from the others); N is then held
+    /// where the windows fit without that queue, so a flow sharing the path
+    /// keeps most of its rate. `polite`: act on the queue alone, allowing
+    /// almost none (5 % of the base RTT), so other traffic goes first;
+    /// against traffic that keeps the queue full wanblk falls back towards
+    /// one session. `greedy`: no such limit; more sessions are added as
+    /// long as goodput rises, even when it is taken from other flows (the
+    /// behaviour before this option existed). A queue of up to 10 ms always
+    /// counts as none. Applies to `--connections auto`.
     #[arg(long, value_name = "MODE", default_value = "fair", value_parser = parse_share)]
     pub(crate) share: ShareMode,
 
