@@ -81,11 +81,13 @@ fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
                         bytes: bytes[i],
                         rtt_us: (rtt * 1e6) as u32,
                         cwnd_bytes: (BDP / 9.0) as u64,
+                        min_rtt_us: (BASE_RTT * 1e6) as u32,
                         ..TcpCounters::default()
                     }),
                 })
                 .collect(),
             idle_slot_us: None,
+            connecting: 0,
         }],
     };
     let config =

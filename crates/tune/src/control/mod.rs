@@ -607,7 +607,9 @@ impl Controller {
         }
         self.decreased = self.decision.active < before;
         let rtt_s = self.samples.last().map_or(0.0, |s| s.rtt_ms / 1e3);
+        self.last_change_s = self.samples.last().map(|s| s.t_s);
         self.size_requests(rtt_s);
+        self.open_spares();
         Some(self.decision)
     }
 
