@@ -111,6 +111,9 @@ pub struct GovernorConfig {
     /// Consecutive full intervals (N may differ) before the ceiling is
     /// lowered, so one interval of a session still ramping up does not.
     pub confirm: usize,
+    /// Below this base RTT (a LAN, loopback) the governor stays out: a
+    /// server's pacing or a disk moves the RTT far more than any queue.
+    pub min_base_s: f64,
 }
 
 impl GovernorConfig {
@@ -127,6 +130,7 @@ impl GovernorConfig {
             n_min: 1,
             crowding: 0.85,
             confirm: 2,
+            min_base_s: 0.001,
         }
     }
 
@@ -230,7 +234,7 @@ impl Governor {
             }
         }
         let (Some(base), true) = (self.base_s, valid(o.rtt_s)) else { return None };
-        if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy {
+        if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy || base < self.config.min_base_s {
             return None;
         }
         let queue = (o.rtt_s - base).max(0.0);
@@ -419,6 +423,13 @@ mod tests {
             }
         }
         assert_eq!(g.ceiling(), Some(1));
+    }
+
+    #[test]
+    fn a_short_path_is_left_alone() {
+        let mut g = Governor::new(one(ShareMode::Polite));
+        let o = PathObservation { min_rtt_s: 0.00002, ..obs(8, 16.0) };
+        assert_eq!(g.observe(&o), None, "16 ms over a 20 us path is the server's pace, not a queue");
     }
 
     #[test]

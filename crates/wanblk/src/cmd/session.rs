@@ -287,7 +287,8 @@ pub(crate) struct SessionArgs {
     /// one session. `greedy`: no such limit; more sessions are added as
     /// long as goodput rises, even when it is taken from other flows (the
     /// behaviour before this option existed). A queue of up to 10 ms always
-    /// counts as none. Applies to `--connections auto`.
+    /// counts as none, and on a path whose base RTT is below 1 ms (a LAN)
+    /// no limit applies. Applies to `--connections auto`.
     #[arg(long, value_name = "MODE", default_value = "fair", value_parser = parse_share)]
     pub(crate) share: ShareMode,
 
