@@ -49,7 +49,6 @@ fn the_live_table_and_the_report_show_every_session() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("sessions at") && stderr.contains("pool sess state"), "{stderr}");
     let r = Report::from_json(&std::fs::read(&rep).unwrap()).unwrap();
-    assert_eq!(r.sha256.as_deref(), Some(src_sha.as_str()));
     let share = &r.share;
     assert_eq!(share.mode, "fair");
     assert_eq!(share.sessions.len(), 4, "{share:?}");
