@@ -87,31 +87,44 @@ impl Shared {
         lock(&self.state)
     }
 
-    /// Starts the reads in `orders`, each publishing into its slot (added
-    /// with [`Shared::add_slots`] under the same lock that planned them).
+    /// Starts the reads in `orders` as tasks, each publishing into its
+    /// slot (added with [`Shared::add_slots`] under the same lock that
+    /// planned them).
     fn spawn_fetches(self: &Arc<Self>, orders: Vec<FetchOrder>) {
         for o in orders {
             let me = Arc::clone(self);
-            self.handle.spawn(async move {
-                let result = if o.prefetch {
-                    me.inner.read_ahead(o.offset, o.len).await
-                } else {
-                    me.inner.read(o.offset, o.len).await
-                };
-                me.poll_rtt();
-                let (more, slot) = {
-                    let mut st = me.lock();
-                    let now = me.now();
-                    let more = st.engine.fetch_done(o.id, result.as_ref().ok(), now);
-                    Shared::add_slots(&mut st, &more);
-                    (more, st.slots.remove(&o.id))
-                };
-                if let Some(tx) = slot {
-                    tx.send_replace(Some(result));
-                }
-                me.spawn_fetches(more);
-            });
+            self.handle.spawn(async move { me.run_fetch(o).await });
         }
+    }
+
+    /// Carries out one read: demand reads go to the remote's demand queue,
+    /// read-ahead behind every demand request waiting there.
+    async fn run_fetch(self: &Arc<Self>, o: FetchOrder) {
+        let mut guard = FetchGuard { shared: self, id: Some(o.id) };
+        let result = if o.prefetch {
+            self.inner.read_ahead(o.offset, o.len).await
+        } else {
+            self.inner.read(o.offset, o.len).await
+        };
+        guard.id = None;
+        self.poll_rtt();
+        self.finish_fetch(o.id, result);
+    }
+
+    /// Reports the end of the read `id` to the engine, publishes its result
+    /// and starts the read-ahead that made room for.
+    fn finish_fetch(self: &Arc<Self>, id: FetchId, result: Result<Bytes>) {
+        let (more, slot) = {
+            let mut st = self.lock();
+            let now = self.now();
+            let more = st.engine.fetch_done(id, result.as_ref().ok(), now);
+            Shared::add_slots(&mut st, &more);
+            (more, st.slots.remove(&id))
+        };
+        if let Some(tx) = slot {
+            tx.send_replace(Some(result));
+        }
+        self.spawn_fetches(more);
     }
 
     /// Registers a result slot for every order.
@@ -211,6 +224,23 @@ impl Shared {
             }
             self.wake.notify_one();
             changed.await;
+        }
+    }
+}
+
+/// Reports a read whose future was dropped before it completed (its
+/// caller went away) as failed, so the engine forgets it and whoever
+/// joined it asks again.
+struct FetchGuard<'a> {
+    shared: &'a Arc<Shared>,
+    id: Option<FetchId>,
+}
+
+impl Drop for FetchGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let name = self.shared.inner.name().to_owned();
+            self.shared.finish_fetch(id, Err(EndpointError::io(&name, None, "read abandoned")));
         }
     }
 }
@@ -345,7 +375,7 @@ impl Endpoint for FrontEnd {
         let sh = &self.shared;
         let mut last_err = None;
         'attempt: for _ in 0..READ_ATTEMPTS {
-            let (parts, mine, rx) = {
+            let (parts, mine, rx, demand, ahead) = {
                 let mut st = sh.lock();
                 let now = sh.now();
                 let plan = st.engine.plan_read(offset, len.into(), now);
@@ -359,9 +389,18 @@ impl Endpoint for FrontEnd {
                         rx.entry(*id).or_insert_with(|| tx.subscribe());
                     }
                 }
-                sh.spawn_fetches(plan.fetches);
-                (plan.parts, mine, rx)
+                // The caller's own demand reads run right here (no task
+                // hop in between); read-ahead runs as tasks.
+                let (demand, ahead): (Vec<FetchOrder>, Vec<FetchOrder>) =
+                    plan.fetches.into_iter().partition(|o| !o.prefetch);
+                (plan.parts, mine, rx, demand, ahead)
             };
+            // Polled in order: the demand reads are queued first.
+            futures::future::join(
+                futures::future::join_all(demand.into_iter().map(|o| sh.run_fetch(o))),
+                async { sh.spawn_fetches(ahead) },
+            )
+            .await;
             let mut out: Vec<Bytes> = Vec::with_capacity(parts.len());
             for p in parts {
                 match p {

@@ -208,6 +208,8 @@ pub struct Stats {
     pub dirty_bytes: u64,
     /// Prefetch bytes in flight now.
     pub prefetch_in_flight: u64,
+    /// Demand-read bytes in flight now.
+    pub demand_in_flight: u64,
     /// The path's depth now (bytes kept in flight).
     pub depth: u64,
     /// Round-trip time used for the depth, microseconds.
@@ -473,6 +475,17 @@ impl Clean {
         self.index_add(start);
     }
 
+    /// Marks `[s, e)`, part of one read-ahead entry, as read now: it
+    /// becomes an entry of its own (a copy), the rest stays read-ahead.
+    fn mark_read(&mut self, s: u64, e: u64) {
+        let Some((ps, entry)) = self.map.overlapping(s, e).next() else { return };
+        let data = Bytes::copy_from_slice(&entry.data[(s - ps) as usize..(e - ps) as usize]);
+        self.remove(s, e);
+        self.tick += 1;
+        self.map.insert(s, CleanEntry { data, tick: self.tick, ahead: None });
+        self.index_add(s);
+    }
+
     /// Read-ahead of a forgotten stream becomes ordinary cached data.
     fn demote(&mut self, stream: StreamId) {
         let starts: Vec<u64> = self
@@ -563,6 +576,8 @@ pub struct Engine {
     fetches: HashMap<FetchId, Fetch>,
     cover: RangeMap<Cover>,
     prefetch_bytes: u64,
+    /// Bytes of demand reads in flight.
+    demand_bytes: u64,
     next_fetch: FetchId,
     streams: Streams,
     // path
@@ -594,6 +609,7 @@ impl Engine {
             fetches: HashMap::new(),
             cover: RangeMap::default(),
             prefetch_bytes: 0,
+            demand_bytes: 0,
             next_fetch: 1,
             streams: Streams::new(cfg.max_streams),
             rtt_us: None,
@@ -633,8 +649,27 @@ impl Engine {
         self.depth().max(self.cfg.max_window)
     }
 
+    /// The largest window of a stream: at most half the cache, so what a
+    /// reader has just consumed (and the other streams' read-ahead) keeps
+    /// room and a stream never has to evict its own prefetched data.
     fn ceiling(&self) -> u64 {
-        self.cfg.max_window.min(self.cfg.cache_size)
+        self.cfg.max_window.min(self.cfg.cache_size / 2)
+    }
+
+    /// Bytes of data the engine holds or has asked for: clean cache,
+    /// prefetch and demand reads in flight, written data not yet on the
+    /// remote. Clean cache plus prefetch stay within [`Config::cache_size`];
+    /// demand reads in flight are what the clients asked for (bounded by
+    /// their queue depth and request size, not by the cache); written data
+    /// stays within [`Config::write_back_limit`] (plus one write, when the
+    /// buffer was empty).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.read_bytes() + self.pending_bytes + self.flight_bytes
+    }
+
+    /// Clean cache plus reads in flight.
+    fn read_bytes(&self) -> u64 {
+        self.clean.bytes + self.prefetch_bytes + self.demand_bytes
     }
 
     fn completed(&mut self, bytes: u64, latency_us: Option<u64>, now: u64) {
@@ -663,7 +698,10 @@ impl Engine {
         let mut hit = 0u64;
         let gaps = subtract(&self.clean.map, gaps, |s, e, ps, c| {
             hit += e - s;
-            touched.push(ps);
+            // Read-ahead read only in part keeps its unread rest marked
+            // as read-ahead, so it is not evicted before it is read.
+            let whole = s == ps && e == ps + c.len();
+            touched.push((ps, s, e, whole || c.ahead.is_none()));
             segs.push((s, Part::Data(c.data.slice((s - ps) as usize..(e - ps) as usize))));
         });
         let mut joined = 0u64;
@@ -679,8 +717,12 @@ impl Engine {
             segs.push((s, Part::Wait { id: order.id, skip: 0, len: e - s }));
             plan.fetches.push(order);
         }
-        for s in touched {
-            self.clean.touch(s);
+        for (ps, s, e, whole) in touched {
+            if whole {
+                self.clean.touch(ps);
+            } else {
+                self.clean.mark_read(s, e);
+            }
         }
         segs.sort_by_key(|(s, _)| *s);
         plan.parts = segs.into_iter().map(|(_, p)| p).collect();
@@ -711,6 +753,8 @@ impl Engine {
         if stream.is_some() {
             self.prefetch_bytes += len;
             self.stats.prefetched_bytes += len;
+        } else {
+            self.demand_bytes += len;
         }
         FetchOrder { id, offset: start, len: len as u32, prefetch: stream.is_some() }
     }
@@ -748,11 +792,12 @@ impl Engine {
             }
             let to = (from + self.cfg.prefetch_request.max(1)).min(target);
             let want = to - from;
-            if self.clean.ahead_bytes + self.prefetch_bytes + want > self.cfg.cache_size {
+            let reserved = self.prefetch_bytes + want;
+            if self.clean.ahead_bytes + reserved > self.cfg.cache_size {
                 break;
             }
             // Room for it now: read data goes first, least recently used first.
-            self.clean.evict_to(self.cfg.cache_size - self.prefetch_bytes - want);
+            self.clean.evict_to(self.cfg.cache_size - reserved);
             for (gs, ge) in self.gaps(from, to) {
                 // A read in flight is at most u32::MAX bytes.
                 let mut p = gs;
@@ -776,6 +821,8 @@ impl Engine {
         let Some(f) = self.fetches.remove(&id) else { return Vec::new() };
         if f.stream.is_some() {
             self.prefetch_bytes -= f.len;
+        } else {
+            self.demand_bytes -= f.len;
         }
         let mine: Vec<(u64, Cover)> = self
             .cover
@@ -790,15 +837,17 @@ impl Engine {
             self.completed(f.len, Some(now.saturating_sub(f.issued)), now);
             let owner = f.stream.filter(|s| self.streams.contains(*s));
             for (s, c) in mine {
-                let piece = data.slice(c.rel as usize..(c.rel + c.len) as usize);
+                let room = self.cfg.cache_size.saturating_sub(self.prefetch_bytes + c.len);
+                // A copy of exactly the piece: the result may be a slice of
+                // a larger receive buffer, which the cache must not keep
+                // alive (its byte count is the memory it holds).
+                let piece = || Bytes::copy_from_slice(&data[c.rel as usize..(c.rel + c.len) as usize]);
                 if owner.is_some() {
                     // Space was reserved when the prefetch was issued.
-                    self.clean.evict_to(self.cfg.cache_size.saturating_sub(self.prefetch_bytes + c.len));
-                    self.clean.insert(s, piece, owner);
-                } else if self.cfg.cache_size >= c.len
-                    && self.clean.evict_to(self.cfg.cache_size.saturating_sub(self.prefetch_bytes + c.len))
-                {
-                    self.clean.insert(s, piece, None);
+                    self.clean.evict_to(room);
+                    self.clean.insert(s, piece(), owner);
+                } else if self.cfg.cache_size >= c.len && self.clean.evict_to(room) {
+                    self.clean.insert(s, piece(), None);
                 }
             }
         }
@@ -935,16 +984,21 @@ impl Engine {
         let run = self.take_pending(start);
         let id = self.next_send;
         self.next_send += 1;
-        let payload = match &run.content {
-            Content::Data(r) => Payload::Data(r.to_bytes()),
-            Content::Zero { may_trim } => Payload::Zero { may_trim: *may_trim },
-            Content::Trim => Payload::Trim,
+        let (payload, content) = match run.content {
+            Content::Data(r) => {
+                // The request and the in-flight run share one buffer, so
+                // written data is held once while it is on its way.
+                let b = r.to_bytes();
+                (Payload::Data(b.clone()), Content::Data(Rope::from(b)))
+            }
+            Content::Zero { may_trim } => (Payload::Zero { may_trim }, Content::Zero { may_trim }),
+            Content::Trim => (Payload::Trim, Content::Trim),
         };
-        self.flight_bytes += run.content.held(run.len);
+        self.flight_bytes += content.held(run.len);
         *self.unwritten.entry(run.seq_min).or_default() += 1;
         self.flight_by_id.insert(id, start);
         let len = run.len;
-        self.flight.insert(start, Flight { content: run.content, len, seq_min: run.seq_min });
+        self.flight.insert(start, Flight { content, len, seq_min: run.seq_min });
         self.stats.write_requests += 1;
         Some(SendOrder { id, offset: start, len, payload })
     }
@@ -1035,6 +1089,7 @@ impl Engine {
             clean_bytes: self.clean.bytes,
             dirty_bytes: self.pending_bytes + self.flight_bytes,
             prefetch_in_flight: self.prefetch_bytes,
+            demand_in_flight: self.demand_bytes,
             depth: self.depth(),
             rtt_us: self.rtt_us.or(self.min_latency_us).unwrap_or(0),
             goodput: self.rate.per_second(),

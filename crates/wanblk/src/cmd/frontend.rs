@@ -17,7 +17,7 @@ use crate::units::parse_size;
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct CacheArgs {
     /// Memory for cached reads and read-ahead (K, M, G suffixes). Sequential
-    /// reads are prefetched up to min(128M, this) ahead; 0 turns the cache
+    /// reads are prefetched up to min(128M, half of this) ahead; 0 turns the cache
     /// and read-ahead off.
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub(crate) cache_size: u64,
