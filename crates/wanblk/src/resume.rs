@@ -60,7 +60,7 @@ pub(crate) async fn sample(src: &dyn Endpoint, bytes: u64) -> anyhow::Result<Str
     let block = 64 << 10;
     let mut h = Sha256::new();
     for (o, l) in sample_offsets(bytes, block) {
-        let b = src.read(o, l as u32).await.context("reading the source to identify it")?;
+        let b = src.read(o, l as u32).await.context("reading sample blocks to identify it for resuming")?;
         h.update(&b);
     }
     Ok(hex::encode(h.finalize()))

@@ -9,11 +9,40 @@ use std::process::Output;
 
 use common::*;
 use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use wanblk_nbd_proto::wire::RequestHeader;
 use wanblk_testkit::nbd_hostile::{chunk, hostile, linger, read_request, simple};
+
+/// A copy to a new file first reads a few 64 KiB blocks of the source to
+/// identify it in its resume journal. Answers those (with `fill` bytes)
+/// and returns the first request of the copy itself, so each script
+/// misbehaves in the middle of the copy, with a partial file on disk.
+async fn answer_identity_samples(s: &mut TcpStream, structured: bool, fill: u8) -> RequestHeader {
+    loop {
+        let r = read_request(s).await;
+        if r.length != 64 << 10 {
+            return r;
+        }
+        let data = vec![fill; r.length as usize];
+        let reply = if structured {
+            let mut payload = r.offset.to_be_bytes().to_vec();
+            payload.extend_from_slice(&data);
+            chunk(1, 1, r.cookie, &payload)
+        } else {
+            let mut reply = simple(r.cookie, 0);
+            reply.extend_from_slice(&data);
+            reply
+        };
+        s.write_all(&reply).await.unwrap();
+    }
+}
 
 async fn copy_to_new_file(uri: &str, dst: &Path) -> Output {
     let (uri, dst) = (uri.to_string(), dst.to_str().unwrap().to_string());
-    tokio::task::spawn_blocking(move || copy(&[&uri, &dst, "-C", "1"])).await.unwrap()
+    // A hang-up is worth reconnecting for (the default rides out five
+    // minutes of it); these servers hang up on every connection, so give
+    // up after two seconds of retrying.
+    tokio::task::spawn_blocking(move || copy(&[&uri, &dst, "-C", "1", "--retry-for", "2s"])).await.unwrap()
 }
 
 /// Checks the failure: exit code, message, and what is left on disk.
@@ -25,7 +54,7 @@ fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
     assert!(err.contains(expect), "error says {expect:?}: {err}");
     assert!(!dst.exists(), "{} must not exist after a failed copy", dst.display());
     let part = dst.with_file_name(format!("{}.wanblk-part", dst.file_name().unwrap().to_str().unwrap()));
-    assert!(part.exists(), "the partial copy is kept under its .wanblk-part name");
+    assert!(part.exists(), "the partial copy is kept under its .wanblk-part name: {err}");
     assert!(
         err.contains("wanblk-part") && err.contains("not renamed"),
         "error says where the partial data is: {err}"
@@ -36,7 +65,7 @@ fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_instead_of_a_reply() {
     let server = hostile(false, |mut s| async move {
-        read_request(&mut s).await;
+        answer_identity_samples(&mut s, false, 0).await;
         let _ = s.write_all(b"this is certainly not an NBD reply header!!").await;
         linger(s).await;
     })
@@ -52,7 +81,7 @@ async fn garbage_instead_of_a_reply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_with_an_unknown_cookie() {
     let server = hostile(true, |mut s| async move {
-        let r = read_request(&mut s).await;
+        let r = answer_identity_samples(&mut s, true, 0).await;
         let _ = s.write_all(&chunk(1, 0, r.cookie ^ 0xdead_beef, &[])).await;
         linger(s).await;
     })
@@ -68,7 +97,7 @@ async fn reply_with_an_unknown_cookie() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_reply_then_hang_up() {
     let server = hostile(false, |mut s| async move {
-        let r = read_request(&mut s).await;
+        let r = answer_identity_samples(&mut s, false, 0).await;
         let reply = simple(r.cookie, 0);
         // Half a reply header, then close.
         let _ = s.write_all(&reply[..7]).await;
@@ -88,8 +117,12 @@ async fn hang_up_mid_transfer_keeps_only_what_was_copied() {
         // Answer two reads with real data, then hang up (FIN) with the rest
         // pending. (Closing with unread requests would send a RST, and the
         // client's kernel may then discard the replies before they are read.)
+        let mut first = Some(answer_identity_samples(&mut s, false, 0).await);
         for _ in 0..2 {
-            let r = read_request(&mut s).await;
+            let r = match first.take() {
+                Some(r) => r,
+                None => read_request(&mut s).await,
+            };
             let mut reply = simple(r.cookie, 0);
             reply.extend(std::iter::repeat_n(0xa5u8, r.length as usize));
             if s.write_all(&reply).await.is_err() {

@@ -412,8 +412,7 @@ async fn open(
     } else {
         let src = open_source(src_loc, remote).await.context("source")?;
         let size = args.length.map_or(src.endpoint.size(), |l| l.min(src.endpoint.size()));
-        let (dst, journal) =
-            open_journaled(args, dst_loc, &src, size, remote).await.context("destination")?;
+        let (dst, journal) = open_journaled(args, dst_loc, &src, size, remote).await?;
         (src, dst, size, journal)
     };
     for n in src.notes.iter().chain(&dst.notes) {
@@ -449,14 +448,15 @@ async fn open_journaled(
     if jpath.is_none() && mode != resume::Mode::Resume {
         // Nowhere to keep a journal: no identity to take (its sample
         // would read the source beyond the copy itself).
-        return Ok((open_destination(dst_loc, size, remote).await?, None));
+        return Ok((open_destination(dst_loc, size, remote).await.context("destination")?, None));
     }
     let (dst, plan, identity) = if let (true, Location::File(p)) = (location::is_new_file(dst_loc), dst_loc) {
         // Decide before creating the .wanblk-part file: a resume reopens it.
-        let id = resume::identity(&*src.endpoint, size, p.display().to_string(), size).await?;
+        let id =
+            resume::identity(&*src.endpoint, size, p.display().to_string(), size).await.context("source")?;
         let mut plan = resume::plan(jpath, mode, &id)?;
         let dst = match &plan {
-            resume::Plan::Resume(path, _) => match location::reopen_part(p, size)? {
+            resume::Plan::Resume(path, _) => match location::reopen_part(p, size).context("destination")? {
                 Some(d) => d,
                 None => {
                     eprintln!(
@@ -465,16 +465,16 @@ async fn open_journaled(
                         location::part_path(p).display()
                     );
                     plan = resume::Plan::Fresh(path.clone());
-                    open_destination(dst_loc, size, remote).await?
+                    open_destination(dst_loc, size, remote).await.context("destination")?
                 }
             },
-            _ => open_destination(dst_loc, size, remote).await?,
+            _ => open_destination(dst_loc, size, remote).await.context("destination")?,
         };
         (dst, plan, id)
     } else {
-        let dst = open_destination(dst_loc, size, remote).await?;
+        let dst = open_destination(dst_loc, size, remote).await.context("destination")?;
         let (name, dsize) = (dst.endpoint.name().to_string(), dst.endpoint.size());
-        let id = resume::identity(&*src.endpoint, size, name, dsize).await?;
+        let id = resume::identity(&*src.endpoint, size, name, dsize).await.context("source")?;
         (dst, resume::plan(jpath, mode, &id)?, id)
     };
     let journal = match plan {
