@@ -19,7 +19,7 @@
 //!
 //! Three experiments:
 //!
-//! - **Seed 001 Fig 9**: sequential read throughput against the size of
+//! - **The iSCSI read-latency study, Fig 9**: sequential read throughput against the size of
 //!   one READ command, one command in flight (the seed's synchronous
 //!   reads), on 16 ms one way with socket buffers capped at 1 MB, next to
 //!   the seed's latency model B / (4 d + B / S) with S the socket
@@ -56,7 +56,7 @@ const IQN: &str = "iqn.2024-01.org.wanblk:bench-null";
 /// The portal port in the server namespace.
 const PORTAL_PORT: u16 = 3260;
 
-/// READ command sizes of seed 001's Fig 9 (its "125 KB" is 128000 bytes).
+/// READ command sizes of the iSCSI read-latency study's Fig 9 (its "125 KB" is 128000 bytes).
 const FIG9_SIZES: [u32; 5] = [128_000, 512 << 10, 1 << 20, 2 << 20, 4 << 20];
 
 /// The Data-In PDU limit declared in the Fig 9 and modes experiments
@@ -112,7 +112,7 @@ struct Row {
     /// Mean of the samples after the first 30 % of the run (after
     /// convergence for auto), Mbit/s.
     steady_mbps: Option<f64>,
-    /// Seed 001's model for this point, Mbit/s (Fig 9 rows).
+    /// The iSCSI read-latency study's model for this point, Mbit/s (Fig 9 rows).
     model_mbps: Option<f64>,
     seconds: f64,
     bytes: u64,
@@ -132,7 +132,7 @@ impl Row {
     }
 }
 
-/// Seed 001's latency model: one READ of `b` bytes costs 4 one-way delays
+/// The iSCSI read-latency study's latency model: one READ of `b` bytes costs 4 one-way delays
 /// plus its transfer time at the socket throughput `s` (bytes/s).
 fn seed_model(b: f64, d_s: f64, s_bytes: f64) -> f64 {
     b / (4.0 * d_s + b / s_bytes)
@@ -327,10 +327,10 @@ server_cpu_pct,converge_s\n",
     }
 }
 
-/// Seed 001 Fig 9 on 1 Gbit/s, 16 ms one way, 1 MB socket buffers.
+/// The iSCSI read-latency study's Fig 9 on 1 Gbit/s, 16 ms one way, 1 MB socket buffers.
 fn fig9(rec: &mut Recorder, exe: &Path, opts: &IscsiBenchOptions) -> anyhow::Result<()> {
     let spec = PathSpec { sysctl: SysctlProfile::Capped(1 << 20), ..PathSpec::new(1000, 16.0) };
-    println!("seed 001 Fig 9: READ command size, {}", spec.label());
+    println!("iSCSI read-latency study, Fig 9: READ command size, {}", spec.label());
     let mut p = IscsiPath::start(&spec, exe)?;
     let socket = rec.push("iperf3 -P 1 (socket throughput S)", p.iperf3(1, Direction::Restore));
     let s_bytes = socket.as_ref().map(|r| r.goodput_mbps * 1e6 / 8.0);
@@ -461,7 +461,7 @@ fn fig9_chart(rows: &[Row]) -> Option<Chart> {
         let model = |k: f64| -> Vec<(f64, f64)> {
             xs.iter().map(|&x| (x, x * 1024.0 / (k * d + x * 1024.0 / s_b) / 1e6)).collect()
         };
-        series.push(Series::reference("seed 001 model B/(4d+B/S)", model(4.0)));
+        series.push(Series::reference("read-latency model B/(4d+B/S)", model(4.0)));
         series.push(Series::reference("one round trip per command B/(2d+B/S)", model(2.0)));
         series.push(Series::reference(
             format!("socket S (iperf3, 1 flow): {:.1} MB/s", mb(s)),
@@ -581,7 +581,7 @@ table below shows why). See runs.csv for every field.\n\n{context}\n",
         let socket = rows.iter().find(|r| r.experiment == "ceiling" && r.delay_ms == 16.0 && r.n == Some(1));
         let _ = writeln!(
             t,
-            "\n## Seed 001 Fig 9: READ command size, 1 Gbit/s, 16 ms one way, 1 MB socket buffers\n"
+            "\n## iSCSI read-latency study, Fig 9: READ command size, 1 Gbit/s, 16 ms one way, 1 MB socket buffers\n"
         );
         let _ = writeln!(
             t,

@@ -45,7 +45,7 @@ pub struct SuiteOptions {
 }
 
 /// The parts of the full profile, in the order they run: the main path
-/// (1 Gbit/s, 50 ms, both directions, N up to 128), seed 000's Fig 11
+/// (1 Gbit/s, 50 ms, both directions, N up to 128), BDL-APT's Fig 11
 /// delay grid and Fig 10 bandwidth grid with distribution-default buffers
 /// and with the seeds' 512 KB (`-capped`), random loss with cubic and bbr,
 /// and two path changes mid-copy.
@@ -659,7 +659,7 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                     true,
                 )?;
             }
-            // Seed 000 Fig 11 (900 Mbit/s, one-way delay 10..100 ms) and Fig 10
+            // BDL-APT Fig 11 (900 Mbit/s, one-way delay 10..100 ms) and Fig 10
             // (10 ms one way, 200..1000 Mbit/s), with distribution-default and
             // the seeds' 512 KB socket buffers; then random loss with cubic
             // and bbr on the main path. (paths, fixed N, nbdcopy sweep, iperf3 flows)

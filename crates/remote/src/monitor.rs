@@ -1,4 +1,4 @@
-//! The per-session monitor (seed 003's per-connection view): every period
+//! The per-session monitor (the iSCSI remote-write study's per-connection view): every period
 //! it reads every session's counters into a [`SessionMeter`] and, with
 //! `--sessions-view`, prints the live table (goodput, cwnd, RTT,
 //! retransmits, share) on standard error. What the meter gathered goes to

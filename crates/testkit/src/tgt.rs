@@ -27,7 +27,7 @@ use crate::{Peer, free_port, require_tool, wait_for_tcp};
 
 /// Long-fat-network settings raised on a target: tgt's maxima for data
 /// segments and bursts, unsolicited data allowed, 16 outstanding R2Ts
-/// (seed 003's keys; tgt's defaults are 8 KiB segments, 256 KiB bursts and
+/// (the iSCSI remote-write study's keys; tgt's defaults are 8 KiB segments, 256 KiB bursts and
 /// InitialR2T=Yes).
 pub const LFN_TARGET_PARAMS: &[(&str, &str)] = &[
     ("MaxRecvDataSegmentLength", "16777215"),

@@ -1,4 +1,4 @@
-//! Tuner parameters: the paper's (seed 000, Table 1) and ours.
+//! Tuner parameters: the paper's (BDL-APT, Table 1) and ours.
 
 use serde::{Deserialize, Serialize};
 
@@ -160,7 +160,7 @@ pub struct TunerConfig {
 }
 
 impl TunerConfig {
-    /// The paper's behaviour exactly: the Table 1 parameters of seed 000
+    /// The paper's behaviour exactly: the Table 1 parameters of BDL-APT
     /// (N0 = 4, alpha = 2, at most 128 sessions), strict comparisons, one
     /// measurement per point, nothing discarded, no re-tuning.
     ///

@@ -1,5 +1,5 @@
 //! The integer golden-section step of APT, equations (1)-(4) of BDL-APT
-//! (seed 000, section 4.4), as pure functions on a [`Bracket`].
+//! (BDL-APT, section 4.4), as pure functions on a [`Bracket`].
 
 use serde::{Deserialize, Serialize};
 

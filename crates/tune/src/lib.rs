@@ -22,7 +22,7 @@
 //! the number of sessions for the next interval.
 //! The controller calls [`Tuner::observe`] once per measurement interval and
 //! uses [`Step::next_n`] sessions for the next one. The search is the APT
-//! algorithm of BDL-APT (seed 000, section 4.4): a multiplicative bracket
+//! algorithm of BDL-APT (section 4.4): a multiplicative bracket
 //! search from N0 by a factor alpha while goodput rises, then an integer
 //! golden-section search inside the bracket, equations (1)-(4), ending when
 //! the bracket has no integer left to probe. [`TunerConfig::paper`]

@@ -1,5 +1,5 @@
 //! The APT state machine: bracket search, golden-section search, hold and
-//! re-tune (seed 000, section 4.4; re-tuning is ours).
+//! re-tune (BDL-APT, section 4.4; re-tuning is ours).
 
 use serde::{Deserialize, Serialize};
 
@@ -23,7 +23,7 @@ pub struct Sample {
     /// The number of active sessions during the interval.
     pub n: usize,
     /// Goodput in bytes per second: bytes of completed requests divided by
-    /// the interval (seed 000, section 4.5: G = X / Delta).
+    /// the interval (BDL-APT, section 4.5: G = X / Delta).
     pub goodput_bytes_per_s: f64,
     /// Length of the interval in seconds; weights the average when several
     /// samples make one point.

@@ -1,4 +1,4 @@
-//! The session pool: the block device layer of seed 000, section 4.
+//! The session pool: the block device layer of BDL-APT, section 4.
 //!
 //! A [`Pool`] keeps up to `max_sessions` sessions open to one store and
 //! carries block I/O over the *active* ones. It is itself an [`Endpoint`]:

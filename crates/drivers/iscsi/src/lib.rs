@@ -7,15 +7,15 @@
 //!
 //! Parallelism comes two ways, chosen by [`Mode`]:
 //! - [`Mode::Sessions`]: each [`Connector::connect`] logs in a new session
-//!   with its own ISID (BDL-APT, seed 000). Works with any target.
-//! - [`Mode::Mcs`]: multiple connections per session (iSCSI-APT, seed 002).
+//!   with its own ISID (BDL-APT). Works with any target.
+//! - [`Mode::Mcs`]: multiple connections per session (iSCSI-APT).
 //!   The first `connect` logs in the leading connection; later ones add a
 //!   connection (same ISID and TSIH, new CID). Each endpoint issues its
 //!   commands on its own connection (connection allegiance) while CmdSN and
 //!   MaxCmdSN are shared session-wide. A connection is logged out only after
 //!   its outstanding commands finish.
 //!
-//! Defaults are tuned for long-fat networks (seed 003 table 1, seed 001
+//! Defaults are tuned for long-fat networks (the iSCSI remote-write study's table 1, the iSCSI read-latency study
 //! section 5): InitialR2T=No, ImmediateData=Yes, bursts and segments as large
 //! as the target allows, large READ/WRITE commands (4 MiB), many in flight.
 //!
@@ -74,7 +74,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Default size of one READ/WRITE command (seed 001: 4 MB commands recover
+/// Default size of one READ/WRITE command (the iSCSI read-latency study: 4 MB commands recover
 /// what 127.5 KB commands lose on long paths).
 pub const DEFAULT_MAX_REQUEST_BYTES: u32 = 4 << 20;
 

@@ -539,7 +539,7 @@ impl Connection {
     /// Queues a Logout Request (immediate): `close_session` closes the whole
     /// session, otherwise only connection `cid` (RFC 7143 section 11.14).
     /// Commands still in flight complete first on the target's side; call
-    /// this once none remain (seed 002: a connection closes only after its
+    /// this once none remain (iSCSI-APT: a connection closes only after its
     /// outstanding commands finish).
     ///
     /// # Errors

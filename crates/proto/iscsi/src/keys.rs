@@ -179,7 +179,7 @@ impl Default for Params {
 pub const DEFAULT_RECV_SEGMENT: u32 = 1 << 20;
 
 /// The operational keys offered on a leading connection by default, tuned
-/// for long-fat networks (seed 003 table 1, seed 001 section 5): no initial
+/// for long-fat networks (the iSCSI remote-write study's table 1, the iSCSI read-latency study's section 5): no initial
 /// R2T, immediate data, bursts as large as RFC 7143 allows (the target
 /// lowers them to its own limits), receive segments of
 /// [`DEFAULT_RECV_SEGMENT`], many R2Ts outstanding.

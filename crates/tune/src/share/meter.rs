@@ -1,4 +1,4 @@
-//! Per-session monitoring (seed 003's per-connection view, from TCP_INFO):
+//! Per-session monitoring (the iSCSI remote-write study's per-connection view, from TCP_INFO):
 //! what each session carried over the last period and in all, and how
 //! evenly the sessions shared the work.
 

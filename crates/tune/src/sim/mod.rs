@@ -123,7 +123,7 @@ pub struct FlowModel {
 
 impl FlowModel {
     /// A path of `mbit_s` Mbit/s and `rtt_ms` ms with `window` bytes per
-    /// flow, a 500-packet (750 kB) buffer as in seed 002's Table I,
+    /// flow, a 500-packet (750 kB) buffer as in iSCSI-APT's Table I,
     /// `beta = 0.5` and `gamma = 0.001`.
     pub fn new(mbit_s: f64, rtt_ms: f64, window: f64) -> Self {
         FlowModel {
