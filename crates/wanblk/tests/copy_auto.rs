@@ -5,11 +5,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
-use std::time::Duration;
 
 use common::*;
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 const SIZE: u64 = 1 << 30;
 
@@ -18,14 +16,10 @@ fn auto_moves_n_and_reports_the_search() {
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let port = free_port();
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "pattern", &SIZE.to_string(), "connection-rate=400M", "rate=1600M"]),
+    let (_nbdkit, uri) = peers::nbdkit_tcp(
+        port,
+        &["--filter=rate", "pattern", &SIZE.to_string(), "connection-rate=400M", "rate=1600M"],
     );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
-    let uri = format!("nbd://127.0.0.1:{port}/");
     let rep = dir.path().join("auto.json");
     let out = copy_ok(&[
         &uri,

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 /// The system's default congestion control, and another one this process
 /// may set: one of `tcp_allowed_congestion_control` (any process), else of
@@ -106,14 +106,7 @@ fn congestion_control_reaches_every_socket_including_the_side_session() {
     let (_, other) = default_and_other();
     let port = free_port();
     // 64 MiB at 100 Mbit/s: over 5 s to look at the sockets.
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "pattern", "64M", "rate=100M"]),
-    );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
-    let uri = format!("nbd://127.0.0.1:{port}/");
+    let (_nbdkit, uri) = peers::nbdkit_tcp(port, &["--filter=rate", "pattern", "64M", "rate=100M"]);
     let copy = wanblk_testkit::Running::start(wanblk().args([
         "copy",
         &uri,
@@ -163,14 +156,8 @@ fn congestion_control_reaches_nbd_sessions() {
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let port = free_port();
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "pattern", "64M", "rate=200M"]),
-    );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
-    check(dir.path(), &format!("nbd://127.0.0.1:{port}/"));
+    let (_nbdkit, nbdkit_uri) = peers::nbdkit_tcp(port, &["--filter=rate", "pattern", "64M", "rate=200M"]);
+    check(dir.path(), &nbdkit_uri);
 }
 
 #[test]

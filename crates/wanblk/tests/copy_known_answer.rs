@@ -12,11 +12,8 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::Duration;
-
 use common::*;
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 /// Per-connection and total limits of the server, bits per second.
 const PER_CONNECTION: u64 = 100_000_000;
@@ -35,17 +32,17 @@ fn auto_ends_at_the_known_best_n() {
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let port = free_port();
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "pattern", &SIZE.to_string()])
-            .arg(format!("connection-rate={PER_CONNECTION}"))
-            .arg(format!("rate={TOTAL}"))
-            .arg(format!("burstiness={BURST_S}")),
+    let (_nbdkit, uri) = peers::nbdkit_tcp(
+        port,
+        &[
+            "--filter=rate",
+            "pattern",
+            &SIZE.to_string(),
+            &format!("connection-rate={PER_CONNECTION}"),
+            &format!("rate={TOTAL}"),
+            &format!("burstiness={BURST_S}"),
+        ],
     );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
-    let uri = format!("nbd://127.0.0.1:{port}/");
     let rep = dir.path().join("auto.json");
     let out = copy_ok(&[
         &uri,

@@ -6,11 +6,8 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::Duration;
-
 use common::*;
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 const SIZE: u64 = 48 << 20;
 const MAX: u64 = 16;
@@ -55,16 +52,10 @@ fn the_paper_tuner_discards_nothing_and_doubles_n() {
     let port = free_port();
     // 200 Mbit/s in all (a bucket of 0.2 s, not the filter's 2 s burst):
     // some 2 s, 20 intervals of 100 ms.
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-r", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "file"])
-            .arg(&src)
-            .args(["rate=200M", "burstiness=0.2"]),
+    let (_nbdkit, uri) = peers::nbdkit_tcp(
+        port,
+        &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=200M", "burstiness=0.2"],
     );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
-    let uri = format!("nbd://127.0.0.1:{port}/");
 
     let r = auto_copy(dir.path(), &uri, &sha, "paper", &["--paper-tuner"]);
     let t = &r["tuning"];

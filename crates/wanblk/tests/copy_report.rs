@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::Duration;
-
 use common::*;
 use wanblk_copy::report::{Report, ReportError, SCHEMA_VERSION};
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 fn read(path: &std::path::Path) -> Result<Report, ReportError> {
     Report::from_json(&std::fs::read(path).expect("report written"))
@@ -53,17 +50,9 @@ fn a_tuned_network_copy_report_reads_back_typed() {
     let port = free_port();
     // 400 Mbit/s in all: the copy lasts over a second, so several
     // intervals are measured and the tuner decides something.
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-r", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "file"])
-            .arg(&src)
-            .arg("rate=400M"),
-    );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
+    let (_nbdkit, uri) =
+        peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=400M"]);
     let (dst, rep) = (dir.path().join("dst.img"), dir.path().join("r.json"));
-    let uri = format!("nbd://127.0.0.1:{port}/");
     copy_ok(&[
         &uri,
         dst.to_str().unwrap(),

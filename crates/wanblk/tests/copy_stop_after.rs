@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::Duration;
-
 use common::*;
 use sha2::{Digest, Sha256};
 use wanblk_testkit::data::BLOCK;
-use wanblk_testkit::{Peer, check_blocks, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{check_blocks, free_port, require_tool};
 
 const SIZE: u64 = 64 << 20;
 const SEED: u64 = 0x570b;
@@ -26,19 +23,12 @@ fn a_stopped_copy_is_incomplete_and_keeps_its_part_file() {
     random_file(&src, SIZE, SEED).unwrap();
     let port = free_port();
     // 50 Mbit/s: the whole image would take over 10 s.
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-r", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "file"])
-            .arg(&src)
-            .arg("rate=50M"),
-    );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
+    let (_nbdkit, nbdkit_uri) =
+        peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=50M"]);
     let (dst, rep) = (dir.path().join("dst.img"), dir.path().join("r.json"));
     // Small requests, so what is in flight at the stop finishes soon.
     let out = copy(&[
-        &format!("nbd://127.0.0.1:{port}/"),
+        &nbdkit_uri,
         dst.to_str().unwrap(),
         "-C",
         "2",

@@ -6,11 +6,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
-use std::time::Duration;
 
 use common::*;
-use wanblk_testkit::{Peer, free_port, require_tool, wait_for_tcp};
+use wanblk_testkit::{free_port, require_tool};
 
 const SIZE: u64 = 24 << 20;
 const N: usize = 3;
@@ -24,19 +22,14 @@ fn one_row_per_session_per_tick() {
     let port = free_port();
     // 100 Mbit/s, with a bucket of 0.2 s instead of the filter's default
     // 2 s burst: about 2 s, some 20 ticks of 100 ms.
-    let _nbdkit = Peer::spawn(
-        "nbdkit",
-        Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-r", "-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--filter=rate", "file"])
-            .arg(&src)
-            .args(["rate=100M", "burstiness=0.2"]),
+    let (_nbdkit, nbdkit_uri) = peers::nbdkit_tcp(
+        port,
+        &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=100M", "burstiness=0.2"],
     );
-    wait_for_tcp(([127, 0, 0, 1], port).into(), Duration::from_secs(10));
     let (dst, log, rep) = (dir.path().join("dst.img"), dir.path().join("tcp.csv"), dir.path().join("r.json"));
     let n = N.to_string();
     copy_ok(&[
-        &format!("nbd://127.0.0.1:{port}/"),
+        &nbdkit_uri,
         dst.to_str().unwrap(),
         "-C",
         &n,
