@@ -46,10 +46,11 @@ fn a_tuned_network_copy_report_reads_back_typed() {
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let src = dir.path().join("src.img");
-    let src_sha = random_file(&src, 64 << 20, 7).unwrap();
+    let src_sha = random_file(&src, 256 << 20, 7).unwrap();
     let port = free_port();
-    // 400 Mbit/s in all: the copy lasts over a second, so several
-    // intervals are measured and the tuner decides something.
+    // 400 Mbit/s in all: the copy lasts about 5 s, so several intervals
+    // are measured after the warm-up and the tuner decides something (at
+    // 64 MiB, 1.3 s, a quiet machine finished inside the warm-up).
     let (_nbdkit, uri) =
         peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=400M"]);
     let (dst, rep) = (dir.path().join("dst.img"), dir.path().join("r.json"));
@@ -72,7 +73,7 @@ fn a_tuned_network_copy_report_reads_back_typed() {
     assert_eq!(r.stores.len(), 1, "one network store: {:?}", r.stores);
     let carried = &r.stores[0].session_bytes;
     assert!(carried.len() >= r.connections, "the final N sessions opened: {carried:?}");
-    assert!(carried.iter().sum::<u64>() >= 64 << 20, "the sessions carried the image: {carried:?}");
+    assert!(carried.iter().sum::<u64>() >= 256 << 20, "the sessions carried the image: {carried:?}");
     let tuning = r.tuning.as_ref().expect("-C auto reports the tuner's record");
     assert!(tuning.intervals > 0, "{tuning:?}");
     assert_eq!(tuning.current_n, r.connections, "the report's final N is the tuner's");
