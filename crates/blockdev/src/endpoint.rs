@@ -57,6 +57,23 @@ pub struct Capabilities {
     pub block_sizes: BlockSizes,
 }
 
+impl Capabilities {
+    /// A writable store that supports every operation natively, with the
+    /// default request sizes (the in-process stores: memory, null, files).
+    pub fn everything() -> Self {
+        Capabilities {
+            read_only: false,
+            can_flush: true,
+            can_fua: true,
+            can_trim: true,
+            can_zero: true,
+            can_block_status: true,
+            can_multi_conn: true,
+            block_sizes: BlockSizes::default(),
+        }
+    }
+}
+
 /// One run of bytes with the same allocation state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Extent {

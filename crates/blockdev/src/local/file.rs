@@ -145,13 +145,9 @@ impl Endpoint for FileEndpoint {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             read_only: !self.writable,
-            can_flush: true,
-            can_fua: true,
-            can_trim: true,
-            can_zero: true,
             can_block_status: !self.block_device,
-            can_multi_conn: true,
             block_sizes: BlockSizes { minimum: 1, preferred: 4096, maximum: 64 * 1024 * 1024 },
+            ..Capabilities::everything()
         }
     }
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
 use super::check_range;
-use crate::endpoint::{BlockSizes, Capabilities, Endpoint, Extent, Result};
+use crate::endpoint::{Capabilities, Endpoint, Extent, Result};
 
 /// Bytes per page of the store. Pages are allocated on first write.
 const PAGE: u64 = 64 * 1024;
@@ -175,16 +175,7 @@ impl Endpoint for MemoryEndpoint {
         self.size
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            read_only: false,
-            can_flush: true,
-            can_fua: true,
-            can_trim: true,
-            can_zero: true,
-            can_block_status: true,
-            can_multi_conn: true,
-            block_sizes: BlockSizes::default(),
-        }
+        Capabilities::everything()
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {

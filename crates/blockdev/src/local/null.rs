@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::check_range;
-use crate::endpoint::{BlockSizes, Capabilities, Endpoint, Extent, Result};
+use crate::endpoint::{Capabilities, Endpoint, Extent, Result};
 
 /// Discards everything written; reads as zeroes; everything is a hole.
 #[derive(Debug)]
@@ -28,16 +28,7 @@ impl Endpoint for NullEndpoint {
         self.size
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            read_only: false,
-            can_flush: true,
-            can_fua: true,
-            can_trim: true,
-            can_zero: true,
-            can_block_status: true,
-            can_multi_conn: true,
-            block_sizes: BlockSizes::default(),
-        }
+        Capabilities::everything()
     }
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         check_range("null:", self.size, offset, len.into())?;
