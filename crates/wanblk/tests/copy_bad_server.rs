@@ -11,7 +11,7 @@ use common::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use wanblk_nbd_proto::wire::RequestHeader;
-use wanblk_testkit::nbd_hostile::{chunk, hostile, linger, read_request, simple};
+use wanblk_testkit::nbd_hostile::{Hostile, chunk, hostile, linger, read_request, simple};
 
 /// A copy to a new file first reads a few 64 KiB blocks of the source to
 /// identify it in its resume journal. Answers those (with `fill` bytes)
@@ -62,6 +62,18 @@ fn assert_failed(out: &Output, uri: &str, dst: &Path, expect: &str) -> String {
     err
 }
 
+/// Copies from `server` to a new file, checks the failure says `expect`,
+/// stops the server and returns the error text.
+async fn copy_fails_with(server: Hostile, expect: &str) -> String {
+    let uri = server.uri.clone();
+    let dir = tempdir();
+    let dst = dir.path().join("out.img");
+    let out = copy_to_new_file(&uri, &dst).await;
+    let err = assert_failed(&out, &uri, &dst, expect);
+    server.finish().await;
+    err
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_instead_of_a_reply() {
     let server = hostile(false, |mut s| async move {
@@ -70,12 +82,7 @@ async fn garbage_instead_of_a_reply() {
         linger(s).await;
     })
     .await;
-    let uri = server.uri.clone();
-    let dir = tempdir();
-    let dst = dir.path().join("out.img");
-    let out = copy_to_new_file(&uri, &dst).await;
-    assert_failed(&out, &uri, &dst, "protocol error");
-    server.finish().await;
+    copy_fails_with(server, "protocol error").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,12 +93,7 @@ async fn reply_with_an_unknown_cookie() {
         linger(s).await;
     })
     .await;
-    let uri = server.uri.clone();
-    let dir = tempdir();
-    let dst = dir.path().join("out.img");
-    let out = copy_to_new_file(&uri, &dst).await;
-    assert_failed(&out, &uri, &dst, "cookie");
-    server.finish().await;
+    copy_fails_with(server, "cookie").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,12 +105,7 @@ async fn short_reply_then_hang_up() {
         let _ = s.write_all(&reply[..7]).await;
     })
     .await;
-    let uri = server.uri.clone();
-    let dir = tempdir();
-    let dst = dir.path().join("out.img");
-    let out = copy_to_new_file(&uri, &dst).await;
-    assert_failed(&out, &uri, &dst, "I/O error");
-    server.finish().await;
+    copy_fails_with(server, "I/O error").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
