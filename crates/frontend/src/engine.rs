@@ -198,6 +198,10 @@ pub struct Stats {
     pub dirty_read_bytes: u64,
     /// Bytes prefetched from the remote.
     pub prefetched_bytes: u64,
+    /// Read-ahead requests sent to the remote.
+    pub prefetch_requests: u64,
+    /// Demand reads sent to the remote.
+    pub demand_requests: u64,
     /// Bytes the clients wrote (acknowledged).
     pub written_bytes: u64,
     /// Write requests sent to the remote (after coalescing).
@@ -753,8 +757,10 @@ impl Engine {
         if stream.is_some() {
             self.prefetch_bytes += len;
             self.stats.prefetched_bytes += len;
+            self.stats.prefetch_requests += 1;
         } else {
             self.demand_bytes += len;
+            self.stats.demand_requests += 1;
         }
         FetchOrder { id, offset: start, len: len as u32, prefetch: stream.is_some() }
     }
@@ -783,8 +789,13 @@ impl Engine {
         let Some(s) = self.streams.get_mut(id) else { return Vec::new() };
         let mut from = s.issued_until;
         let target = s.next.saturating_add(s.window).min(self.size);
+        // Read-ahead goes out in whole requests: a reader that moves in
+        // small steps (128 KiB FUSE reads) would otherwise move the window's
+        // edge, and so the read-ahead, by as little each time, and the
+        // remote's request slots would carry slivers.
+        let whole = self.cfg.prefetch_request.min(s.window / 2).max(1);
         let mut out = Vec::new();
-        while from < target {
+        while from < target && (target - from >= whole || target == self.size) {
             // Read-ahead in flight: what the windows and the cache allow, but
             // at least the depth's worth is let through even for one stream.
             if self.prefetch_bytes >= depth.max(self.ceiling()) {

@@ -148,3 +148,80 @@ fn a_random_read_is_sent_at_once_while_read_ahead_is_queued() {
     assert_eq!(plan.fetches.len(), 1);
     assert!(!plan.fetches[0].prefetch);
 }
+
+/// Completes every read in `orders` (and whatever read-ahead that starts).
+fn complete_all(e: &mut Engine, mut orders: Vec<FetchOrder>, now: u64) -> Vec<FetchOrder> {
+    let mut done = Vec::new();
+    while let Some(o) = orders.pop() {
+        orders.extend(e.fetch_done(o.id, Some(&Bytes::from(vec![3u8; o.len as usize])), now));
+        done.push(o);
+    }
+    done
+}
+
+#[test]
+fn read_ahead_read_in_part_keeps_its_unread_rest_against_eviction() {
+    let cfg = Config { max_streams: 64, prefetch_request: MIB, ..cfg() };
+    let mut e = Engine::new(cfg, SIZE);
+    let mut now = 0;
+    let mut prefetched = Vec::new();
+    for i in 0..3u64 {
+        now += 1_000;
+        let plan = e.plan_read(i * MIB, MIB, now);
+        prefetched.extend(complete_all(&mut e, plan.fetches, now).into_iter().filter(|o| o.prefetch));
+    }
+    // The first read-ahead request past the reader, now in the cache.
+    let p = prefetched.iter().filter(|o| o.offset >= 3 * MIB).min_by_key(|o| o.offset).expect("read ahead");
+    let (start, half) = (p.offset, u64::from(p.len) / 2);
+    assert!(half >= 4096, "{p:?}");
+    // The reader reads its first half only (a 10 MiB read split in pieces
+    // that do not match the read-ahead requests)...
+    let plan = e.plan_read(start, half, now);
+    assert!(plan.fetches.iter().all(|o| o.prefetch), "the first half was cached: {:?}", plan.fetches);
+    complete_all(&mut e, plan.fetches, now);
+    // ...then random reads of three times the cache pass through it.
+    let mut rng = Lcg(11);
+    for _ in 0..24 {
+        now += 1_000;
+        let off = 512 * MIB + rng.next() % 256 * MIB;
+        let plan = e.plan_read(off, MIB, now);
+        complete_all(&mut e, plan.fetches, now);
+    }
+    // The unread second half is still cached: no demand read for it.
+    let before = e.stats().miss_bytes;
+    let plan = e.plan_read(start + half, half, now);
+    assert!(
+        plan.fetches.iter().all(|o| o.prefetch) && plan.parts.iter().all(|p| matches!(p, Part::Data(_))),
+        "the unread rest of the read-ahead was evicted: {:?}",
+        plan.fetches
+    );
+    assert_eq!(e.stats().miss_bytes, before);
+}
+
+#[test]
+fn read_ahead_goes_out_in_whole_requests_while_the_reader_moves_in_small_steps() {
+    let cfg = Config {
+        cache_size: 64 * MIB,
+        max_window: 16 * MIB,
+        min_depth: 4 * MIB,
+        prefetch_request: 2 * MIB,
+        ..cfg()
+    };
+    let mut e = Engine::new(cfg, SIZE);
+    let mut sent = Vec::new();
+    // 128 KiB reads (what the kernel sends through FUSE), each answered at once.
+    for i in 0..(64 * MIB / (128 << 10)) {
+        let off = i * (128 << 10);
+        let plan = e.plan_read(off, 128 << 10, i * 1_000);
+        sent.extend(complete_all(&mut e, plan.fetches, i * 1_000).into_iter().filter(|o| o.prefetch));
+    }
+    assert!(sent.len() > 16, "the stream was read ahead: {} requests", sent.len());
+    let small: Vec<_> = sent.iter().filter(|o| u64::from(o.len) < 2 * MIB).collect();
+    assert!(
+        small.is_empty(),
+        "{} of {} read-ahead requests were partial: {:?}",
+        small.len(),
+        sent.len(),
+        &small[..small.len().min(4)]
+    );
+}

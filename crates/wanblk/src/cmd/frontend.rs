@@ -76,7 +76,7 @@ impl Opened {
             tokio::spawn(async move {
                 while let (Some(f), Some(p)) = (f.upgrade(), p.upgrade()) {
                     let (s, q) = (f.stats(), p.snapshot());
-                    tracing::debug!(target: "wanblk::frontend", active = q.active, queued = q.queued, in_flight = q.in_flight(), ?s);
+                    tracing::debug!(target: "wanblk::frontend", active = q.active, queued = q.queued, in_flight = q.in_flight(), request_bytes = q.request_bytes, depth = q.depth, ?s);
                     drop((f, p));
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
