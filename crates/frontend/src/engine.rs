@@ -483,6 +483,14 @@ impl Clean {
     /// becomes an entry of its own (a copy), the rest stays read-ahead.
     fn mark_read(&mut self, s: u64, e: u64) {
         let Some((ps, entry)) = self.map.overlapping(s, e).next() else { return };
+        let pe = ps + entry.len();
+        if s < ps || e > pe {
+            return;
+        }
+        if (s, e) == (ps, pe) {
+            self.touch(ps);
+            return;
+        }
         let data = Bytes::copy_from_slice(&entry.data[(s - ps) as usize..(e - ps) as usize]);
         self.remove(s, e);
         self.tick += 1;
@@ -510,12 +518,14 @@ impl Clean {
 }
 
 /// A read in flight.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Fetch {
     start: u64,
     len: u64,
     stream: Option<StreamId>,
     issued: u64,
+    /// Ranges demand reads already took from it (they are read, not read-ahead).
+    joined: Vec<(u64, u64)>,
 }
 
 /// Goodput of completed requests over the last second, in 100 ms bins.
@@ -709,10 +719,17 @@ impl Engine {
             segs.push((s, Part::Data(c.data.slice((s - ps) as usize..(e - ps) as usize))));
         });
         let mut joined = 0u64;
+        let mut took = Vec::new();
         let gaps = subtract(&self.cover, gaps, |s, e, ps, c| {
             joined += e - s;
+            took.push((c.id, s, e));
             segs.push((s, Part::Wait { id: c.id, skip: c.rel + (s - ps), len: e - s }));
         });
+        for (id, s, e) in took {
+            if let Some(f) = self.fetches.get_mut(&id) {
+                f.joined.push((s, e));
+            }
+        }
         let mut plan = ReadPlan::default();
         let mut missed = 0u64;
         for (s, e) in gaps {
@@ -753,7 +770,7 @@ impl Engine {
         self.next_fetch += 1;
         let len = end - start;
         self.cover.insert(start, Cover { id, rel: 0, len });
-        self.fetches.insert(id, Fetch { start, len, stream, issued: now });
+        self.fetches.insert(id, Fetch { start, len, stream, issued: now, joined: Vec::new() });
         if stream.is_some() {
             self.prefetch_bytes += len;
             self.stats.prefetched_bytes += len;
@@ -846,6 +863,7 @@ impl Engine {
         }
         if let Some(data) = data.filter(|d| d.len() as u64 == f.len) {
             self.completed(f.len, Some(now.saturating_sub(f.issued)), now);
+            let taken = coalesce(f.joined);
             let owner = f.stream.filter(|s| self.streams.contains(*s));
             for (s, c) in mine {
                 let room = self.cfg.cache_size.saturating_sub(self.prefetch_bytes + c.len);
@@ -857,6 +875,16 @@ impl Engine {
                     // Space was reserved when the prefetch was issued.
                     self.clean.evict_to(room);
                     self.clean.insert(s, piece(), owner);
+                    // What demand reads took while it was in flight is
+                    // read: it must not stay protected as read-ahead (a
+                    // reader that keeps catching up with the read-ahead
+                    // would fill the cache with it and stop the read-ahead).
+                    for (a, b) in &taken {
+                        let (a, b) = ((*a).max(s), (*b).min(s + c.len));
+                        if a < b {
+                            self.clean.mark_read(a, b);
+                        }
+                    }
                 } else if self.cfg.cache_size >= c.len && self.clean.evict_to(room) {
                     self.clean.insert(s, piece(), None);
                 }
@@ -1107,6 +1135,19 @@ impl Engine {
             ..self.stats.clone()
         }
     }
+}
+
+/// Sorted, disjoint ranges covering what `ranges` cover.
+fn coalesce(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 fn merge(mut a: Run, b: Run) -> Run {

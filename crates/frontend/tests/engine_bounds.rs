@@ -225,3 +225,26 @@ fn read_ahead_goes_out_in_whole_requests_while_the_reader_moves_in_small_steps()
         &small[..small.len().min(4)]
     );
 }
+
+#[test]
+fn read_ahead_a_reader_already_took_does_not_fill_the_cache() {
+    let cfg =
+        Config { cache_size: 8 * MIB, max_window: 64 * MIB, min_depth: MIB, prefetch_request: MIB, ..cfg() };
+    let mut e = Engine::new(cfg, SIZE);
+    // The reader keeps catching up with the read-ahead: each read joins
+    // the read in flight, which completes only once it was joined.
+    let mut in_flight: Vec<FetchOrder> = Vec::new();
+    for i in 0..64u64 {
+        let now = (i + 1) * 1_000;
+        in_flight.extend(e.plan_read(i * MIB, MIB, now).fetches);
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut in_flight).into_iter().partition(|o| o.offset < (i + 1) * MIB);
+        in_flight = later;
+        for o in due {
+            in_flight.extend(e.fetch_done(o.id, Some(&Bytes::from(vec![5u8; o.len as usize])), now));
+        }
+    }
+    let s = e.stats();
+    assert!(s.joined_bytes > 32 * MIB, "the reader joined reads in flight: {s:?}");
+    assert!(s.miss_bytes <= 4 * MIB, "the read-ahead stopped and the reader missed: {s:?}");
+}
