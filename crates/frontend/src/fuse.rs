@@ -3,7 +3,8 @@
 //! on it with no second NBD hop.
 //!
 //! The kernel sends requests of up to 1 MiB, many at once (asynchronous
-//! reads, 64 background requests); each request is handed to a tokio task
+//! reads, 64 background requests, its read-ahead on the file raised to
+//! 4 MiB when running as root); each request is handed to a tokio task
 //! that calls the [`Endpoint`] (the front end, usually) and replies when it
 //! completes, so the FUSE threads never wait for the network.
 //!
@@ -40,6 +41,10 @@ pub const DISK_NAME: &str = "disk";
 pub const MAX_REQUEST: u32 = 1 << 20;
 /// Requests the kernel keeps in flight in the background (read-ahead).
 const MAX_BACKGROUND: u16 = 64;
+/// The kernel's read-ahead on the disk file: requests of [`MAX_REQUEST`],
+/// several in flight (the front end reads ahead across the network; this
+/// only hides the round trips through the kernel).
+pub const KERNEL_READ_AHEAD: u32 = 4 << 20;
 const DISK: INodeNo = INodeNo(2);
 /// Attributes never change while mounted.
 const TTL: Duration = Duration::from_secs(3600);
@@ -151,7 +156,26 @@ pub fn mount(
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = opts.threads > 1;
     let session = fuser::Session::new(fs, mountpoint, &cfg)?.spawn()?;
+    raise_read_ahead(mountpoint);
     Ok(Mounted { session, mountpoint: mountpoint.to_path_buf() })
+}
+
+/// Sets the kernel's read-ahead of the mount to [`KERNEL_READ_AHEAD`] (root
+/// only; without it the kernel keeps its 128 KiB default, which FUSE's INIT
+/// reply can lower but not raise, and a sequential reader then reaches the
+/// front end as a queue of 128 KiB requests, one round trip through the
+/// kernel each).
+fn raise_read_ahead(mountpoint: &Path) {
+    let Ok(md) = std::fs::metadata(mountpoint) else { return };
+    let dev = md.dev();
+    // glibc's encoding of a dev_t.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    match std::fs::write(&path, (KERNEL_READ_AHEAD / 1024).to_string()) {
+        Ok(()) => tracing::debug!("{path}: {} KiB", KERNEL_READ_AHEAD / 1024),
+        Err(e) => tracing::debug!("{path}: {e} (the kernel's read-ahead stays as it is)"),
+    }
 }
 
 struct DiskFs {
@@ -219,6 +243,11 @@ async fn read_aligned(ep: &dyn Endpoint, align: u64, offset: u64, len: u64) -> R
     let a = offset - offset % align;
     let b = (offset + len).div_ceil(align) * align;
     let b = b.min(ep.size());
+    if b - a <= u64::from(MAX_REQUEST) {
+        // One request: its buffer as it is (a slice of the cache, usually), no copy.
+        let got = ep.read(a, (b - a) as u32).await?;
+        return Ok(got.slice((offset - a) as usize..(offset - a + len) as usize));
+    }
     let mut out = BytesMut::with_capacity((b - a) as usize);
     let mut pos = a;
     while pos < b {
