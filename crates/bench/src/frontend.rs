@@ -43,6 +43,21 @@ pub struct FrontendOptions {
     pub step_limit_s: u64,
     /// `--cache-size` values for the memory measurement.
     pub cache_sizes: Vec<u64>,
+    /// Run only these parts: `mount`, `serve`, `direct`, `memory`, `100ms`,
+    /// `20ms` (empty: all). A front or memory part alone runs on every
+    /// path chosen; a path alone runs every front.
+    pub parts: Vec<String>,
+}
+
+/// Every value `FrontendOptions::parts` knows.
+const PARTS: [&str; 6] = ["mount", "serve", "direct", "memory", "100ms", "20ms"];
+
+impl FrontendOptions {
+    /// True if the part `name` of group `group` runs (a group none of
+    /// whose parts was named runs whole).
+    fn runs(&self, group: &[&str], name: &str) -> bool {
+        !self.parts.iter().any(|p| group.contains(&p.as_str())) || self.parts.iter().any(|p| p == name)
+    }
 }
 
 /// Size of the remote disk.
@@ -431,13 +446,22 @@ pub fn run(exe: &Path, opts: &FrontendOptions) -> anyhow::Result<()> {
             bail!("{tool} is not installed (apt-get install {pkg})");
         }
     }
+    if let Some(bad) = opts.parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        bail!("unknown part {bad:?} of --profile frontend (known: {})", PARTS.join(", "));
+    }
     std::fs::create_dir_all(&opts.out_dir)?;
     let work = tempfile::Builder::new().prefix("wanblk-frontend-").tempdir()?;
     let src = work.path().join("src.bin");
     let src_sha = wanblk_testkit::random_file(&src, opts.file_bytes, 42)?;
     let mut rows = Vec::new();
     let mut memory = Vec::new();
-    for (i, &delay) in opts.delays_ms.iter().enumerate() {
+    const PATHS: [&str; 2] = ["100ms", "20ms"];
+    const FRONTS: [&str; 4] = ["mount", "serve", "direct", "memory"];
+    let mut first = true;
+    for &delay in &opts.delays_ms {
+        if !opts.runs(&PATHS, &format!("{}ms", 2.0 * delay)) {
+            continue;
+        }
         let spec = PathSpec::new(1000, delay);
         eprintln!("frontend: path {}", spec.label());
         let path = BenchPath::start(&spec, exe, 1 << 30)?;
@@ -447,7 +471,12 @@ pub fn run(exe: &Path, opts: &FrontendOptions) -> anyhow::Result<()> {
             .max(path.iperf3(8, 10, Direction::Restore).map(|r| r.goodput_mbps).unwrap_or(0.0));
         eprintln!("frontend: iperf3 ceiling {ceiling:.0} Mbit/s");
         let mut b = Bench { exe, path: &path, work: work.path(), opts, target: None, remote: String::new() };
-        for front in [Front::Mount(256 << 20), Front::Serve, Front::NbdfuseDirect] {
+        for (front, part) in
+            [(Front::Mount(256 << 20), "mount"), (Front::Serve, "serve"), (Front::NbdfuseDirect, "direct")]
+        {
+            if !opts.runs(&FRONTS, part) {
+                continue;
+            }
             eprintln!("frontend: {} ...", front.label());
             match b.front(front, &src, &src_sha, ceiling) {
                 Ok(r) => {
@@ -457,7 +486,7 @@ pub fn run(exe: &Path, opts: &FrontendOptions) -> anyhow::Result<()> {
                 Err(e) => eprintln!("frontend: {} failed: {e:#}", front.label()),
             }
         }
-        if i == 0 {
+        if std::mem::take(&mut first) && opts.runs(&FRONTS, "memory") {
             for &c in &opts.cache_sizes {
                 match b.memory(c) {
                     Ok(m) => {

@@ -111,7 +111,9 @@ struct RunArgs {
     image_secs: f64,
     /// With `--profile full`: run only these parts (comma-separated) of
     /// main, delay, delay-capped, bandwidth, bandwidth-capped, loss,
-    /// change [default: all].
+    /// change; with `--profile frontend`: of mount, serve, direct (the
+    /// three ways to the disk), memory, 100ms, 20ms (the paths)
+    /// [default: all].
     #[arg(long, value_delimiter = ',')]
     parts: Vec<String>,
     /// Fixed N values to run on every path (comma-separated), instead of
@@ -196,6 +198,7 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 fio_secs: 15,
                 step_limit_s: 60,
                 cache_sizes: vec![64 << 20, 256 << 20, 1 << 30],
+                parts: args.parts.clone(),
             },
         ),
         "faults" => wanblk_bench::faults::run(
@@ -227,7 +230,7 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
         profile => {
             anyhow::ensure!(
                 args.parts.is_empty() || profile == "full",
-                "--parts selects parts of `--profile full`"
+                "--parts selects parts of `--profile full` or `--profile frontend`"
             );
             let level = if profile == "full" {
                 wanblk_bench::suite::Level::Full
