@@ -99,6 +99,15 @@ pub struct ResampleConfig {
     pub margin: f64,
     /// Most samples per point.
     pub max_samples: u32,
+    /// Moves need a difference beyond the measured noise (see
+    /// [`Tuner`](crate::Tuner)): with the noise estimate, a point is better
+    /// (or still on a plateau) only by more than [`NOISE_SIGMAS`](crate::NOISE_SIGMAS)
+    /// standard errors of the difference of the two means beyond the
+    /// tolerance, and before there is an estimate, a win by less than
+    /// [`CONFIRM_WIN`](crate::CONFIRM_WIN) is measured again. Off: the
+    /// tolerance alone decides.
+    #[serde(default)]
+    pub beyond_noise: bool,
 }
 
 /// Parameters of the [`Tuner`](crate::Tuner).
@@ -308,7 +317,7 @@ impl Default for TunerConfig {
         TunerConfig {
             tolerance: 0.03,
             samples_per_point: 1,
-            resample: Some(ResampleConfig { margin: 0.1, max_samples: 3 }),
+            resample: Some(ResampleConfig { margin: 0.1, max_samples: 3, beyond_noise: true }),
             discard_after_change: true,
             retune: Some(RetuneConfig::default()),
             plateau_knee: true,
@@ -347,7 +356,7 @@ mod tests {
             assert!(TunerConfig { tolerance, ..p.clone() }.validate().is_err());
         }
         assert!(TunerConfig { samples_per_point: 0, ..p.clone() }.validate().is_err());
-        let rs = ResampleConfig { margin: -1.0, max_samples: 3 };
+        let rs = ResampleConfig { margin: -1.0, max_samples: 3, beyond_noise: true };
         assert!(TunerConfig { resample: Some(rs), ..p.clone() }.validate().is_err());
         let rt = RetuneConfig { threshold: f64::NAN, consecutive: 3 };
         assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());

@@ -48,6 +48,12 @@ pub struct Signals {
     /// `None`: unknown (no TCP counters, or a sub-millisecond path where
     /// queueing delay cannot be told from host scheduling).
     pub standing_queue: Option<bool>,
+    /// The goodput came in coarse steps: counted from whole completed
+    /// requests, or the interval's halves disagreed (replies released in
+    /// bursts). The tuner then also asks a win to rise above the measured
+    /// noise ([`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
+    #[serde(default)]
+    pub coarse: bool,
 }
 
 /// Parameters of the model-informed search (see the [module docs](self)).

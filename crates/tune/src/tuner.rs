@@ -157,6 +157,7 @@ pub struct TuningReport {
 /// beat (the best level accepted at this point; higher than its own when it
 /// won a tie against a larger N); `ramp` and `full` are what the
 /// [`Signals`] said of it (no standing queue, or one).
+/// `count` is how many samples `own` averages.
 #[derive(Debug, Clone, Copy)]
 struct Point {
     n: usize,
@@ -164,11 +165,12 @@ struct Point {
     reference: f64,
     ramp: bool,
     full: bool,
+    count: u32,
 }
 
 impl Point {
     fn at(n: usize, g: f64) -> Point {
-        Point { n, own: g, reference: g, ramp: false, full: false }
+        Point { n, own: g, reference: g, ramp: false, full: false, count: 1 }
     }
 }
 
@@ -204,16 +206,34 @@ struct Hold {
     mean: f64,
 }
 
-/// Duration-weighted running mean of the samples of one point.
-#[derive(Debug, Clone, Copy, Default)]
+/// Duration-weighted running mean of the samples of one point, and the
+/// samples themselves (for their median).
+#[derive(Debug, Clone, Default)]
 struct Average {
     count: u32,
     total_s: f64,
     mean: f64,
+    values: Vec<f64>,
 }
 
 impl Average {
+    /// The point's score: the mean, or beyond the noise with three
+    /// samples or more their median, so that one interval that took in
+    /// bytes held back from another cannot make a point win.
+    fn score(&self, robust: bool) -> f64 {
+        if !robust || self.values.len() < 3 {
+            return self.mean;
+        }
+        let mut v = self.values.clone();
+        v.sort_by(f64::total_cmp);
+        let k = v.len();
+        if k % 2 == 1 { v[k / 2] } else { (v[k / 2 - 1] + v[k / 2]) / 2.0 }
+    }
+
     fn add(&mut self, g: f64, d: f64) {
+        if self.values.len() < 64 {
+            self.values.push(g);
+        }
         self.count += 1;
         self.total_s += d;
         // Incremental form: never overflows for finite inputs; a weight of
@@ -228,6 +248,14 @@ impl Average {
 /// How many estimated standard deviations of measurement noise count as a
 /// close call for resampling (see [`ResampleConfig`](crate::ResampleConfig)).
 pub const NOISE_SIGMAS: f64 = 2.5;
+
+/// With [`ResampleConfig::beyond_noise`](crate::ResampleConfig) and no
+/// noise estimate yet, a point better than its reference by less than
+/// this share is measured again before it counts (up to the resampling
+/// maximum): one lucky interval on a bursty server reads 20-40 % high, a
+/// real step of alpha mostly gains more, and the repeat gives the noise
+/// estimate its first pairs.
+pub const CONFIRM_WIN: f64 = 0.25;
 
 /// Estimate of the relative measurement noise, from pairs of consecutive
 /// samples at the same N: for a pair (a, b) the relative difference
@@ -295,6 +323,11 @@ pub struct Tuner {
     warmup_pending: bool,
     avg: Average,
     noise: Noise,
+    /// The relative margin the noise adds to the comparison being made
+    /// (see [`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
+    noise_margin: f64,
+    /// Samples averaged into the point being decided on.
+    point_count: u32,
     intervals: u64,
     report: TuningReport,
 }
@@ -314,6 +347,8 @@ impl Tuner {
             warmup_pending: cfg.discard_after_change,
             avg: Average::default(),
             noise: Noise::default(),
+            noise_margin: 0.0,
+            point_count: 1,
             intervals: 0,
             report: TuningReport {
                 phase: Phase::BracketUp,
@@ -454,29 +489,34 @@ impl Tuner {
         if self.avg.count < self.cfg.samples_per_point {
             return self.step(SampleUse::Pending);
         }
+        self.noise_margin = self.noise_margin(self.avg.count);
         if let (Some(reference), Some(rs)) = (self.reference(), self.cfg.resample) {
-            let margin = match self.noise.estimate() {
+            let sigma = self.noise.estimate();
+            let margin = match sigma {
                 Some(sigma) => rs.margin.min(NOISE_SIGMAS * sigma),
                 None => rs.margin,
             };
-            let mean = self.avg.mean;
+            let mean = self.avg.score(rs.beyond_noise);
             let knee = matches!(self.state, State::Knee { .. });
             // The knee search decides at (1 - tolerance) of the plateau: a
             // close call is one near that threshold.
-            let threshold = if knee { reference * (1.0 - self.cfg.tolerance) } else { reference };
-            let close = (mean - threshold).abs() <= margin * reference;
+            let threshold = if knee { reference * (1.0 - self.plateau_margin()) } else { reference };
+            let close = (mean - threshold).abs() <= margin.max(self.noise_margin) * reference;
             // A narrow win (better, but by less than twice the tolerance) is
             // confirmed by another sample even when the noise estimate is
             // small: on a link-capped plateau consecutive samples agree
             // closely, and one mistimed interval would otherwise move the
-            // search (and more sessions) on nothing.
-            let narrow_win =
-                !knee && self.better(mean, reference) && mean <= reference * (1.0 + 2.0 * self.cfg.tolerance);
+            // search (and more sessions) on nothing. Beyond the noise,
+            // without an estimate yet, any win short of CONFIRM_WIN is.
+            let narrow = 2.0 * self.cfg.tolerance + self.noise_margin;
+            let narrow = if rs.beyond_noise { narrow.max(CONFIRM_WIN) } else { narrow };
+            let narrow_win = !knee && self.better(mean, reference) && mean <= reference * (1.0 + narrow);
             if (close || narrow_win) && self.avg.count < rs.max_samples {
                 return self.step(SampleUse::Pending);
             }
         }
-        let g = self.avg.mean;
+        self.point_count = self.avg.count.max(1);
+        let g = self.avg.score(self.cfg.resample.is_some_and(|r| r.beyond_noise));
         self.avg = Average::default();
         let phase = self.phase();
         let n = self.current;
@@ -499,13 +539,44 @@ impl Tuner {
 
     /// The goodput the point being measured is compared against, if any.
     fn reference(&self) -> Option<f64> {
+        self.reference_point().map(|p| p.reference)
+    }
+
+    /// The point the one being measured is compared against, if any.
+    fn reference_point(&self) -> Option<Point> {
         match &self.state {
-            State::Up { best, .. } => best.map(|b| b.reference),
-            State::Down { best, .. } => Some(best.reference),
-            State::Golden { m, .. } => Some(m.reference),
-            State::Knee { hi, .. } => Some(hi.reference),
+            State::Up { best, .. } => *best,
+            State::Down { best, .. } => Some(*best),
+            State::Golden { m, .. } => Some(*m),
+            State::Knee { hi, .. } => Some(*hi),
             State::Converged(_) => None,
         }
+    }
+
+    /// Beyond the noise ([`ResampleConfig::beyond_noise`](crate::ResampleConfig)):
+    /// the relative margin a difference between the point being measured
+    /// (`count` samples) and its reference must exceed besides the
+    /// tolerance, [`NOISE_SIGMAS`] standard errors of the difference of
+    /// the two means, at most the tolerance; 0 without an
+    /// estimate or when off.
+    fn noise_margin(&self, count: u32) -> f64 {
+        let on = self.cfg.resample.is_some_and(|r| r.beyond_noise);
+        match (on, self.noise.estimate(), self.reference_point()) {
+            (true, Some(sigma), Some(r)) => {
+                let var = 1.0 / f64::from(count.max(1)) + 1.0 / f64::from(r.count.max(1));
+                let m = (NOISE_SIGMAS * sigma * var.sqrt()).min(self.cfg.tolerance);
+                if m.is_finite() { m } else { 0.0 }
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// How far below a plateau's level a point may read and still be on
+    /// it: the tolerance only. Noise does not widen it: a reading that may
+    /// be below the plateau keeps the larger N (the knee search must not
+    /// walk down the ramp on a noisy path).
+    fn plateau_margin(&self) -> f64 {
+        self.cfg.tolerance
     }
 
     fn move_to(&mut self, next: usize) {
@@ -520,7 +591,8 @@ impl Tuner {
     /// `g` beats `reference` by more than the tolerance (with tolerance 0:
     /// strictly greater, as in the paper).
     fn better(&self, g: f64, reference: f64) -> bool {
-        g > reference * (1.0 + self.cfg.tolerance)
+        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
+        g > reference * (1.0 + self.cfg.tolerance + noise)
     }
 
     /// `g`, measured at N divided by alpha, is at least as good as
@@ -539,6 +611,7 @@ impl Tuner {
         let here = Point {
             ramp: model && self.signals.standing_queue == Some(false),
             full: model && self.signals.standing_queue == Some(true),
+            count: self.point_count,
             ..Point::at(n, g)
         };
         self.measured.insert(n, g);
@@ -573,7 +646,7 @@ impl Tuner {
                     self.state = State::Down { upper: n, best: b };
                     self.cfg.down(b.n)
                 } else {
-                    let tie = self.cfg.plateau_knee && g >= b.reference * (1.0 - self.cfg.tolerance);
+                    let tie = self.cfg.plateau_knee && g >= b.reference * (1.0 - self.plateau_margin());
                     if tie && b.ramp && here.full {
                         // The model: b had room, n filled the path and
                         // gained nothing: the plateau starts at or below b
@@ -608,7 +681,7 @@ impl Tuner {
                 // nothing about which side is better (a ramp and a plateau
                 // look alike under noise).
                 let better = self.better(g, m.reference);
-                if flat_above && !better && n > m.n && g >= m.reference * (1.0 - self.cfg.tolerance) {
+                if flat_above && !better && n > m.n && g >= m.reference * (1.0 - self.plateau_margin()) {
                     // Flat at m, at the probe and at r: a plateau.
                     let lo_g = self.measured.get(&bracket.l).copied();
                     return self.knee(bracket.l, lo_g, m, 0);
@@ -621,7 +694,7 @@ impl Tuner {
                 if model
                     && n < hi.n
                     && (self.better(g, hi.reference)
-                        || (here.ramp && hi.full && g >= hi.reference * (1.0 - self.cfg.tolerance))) =>
+                        || (here.ramp && hi.full && g >= hi.reference * (1.0 - self.plateau_margin()))) =>
             {
                 // The model: a probe below the plateau's fewest sessions
                 // beat it, or reached it with room to spare while the
@@ -631,7 +704,7 @@ impl Tuner {
                 self.golden(Bracket { l: lo, m: n, r: hi.n }, m)
             }
             State::Knee { lo, lo_g, hi, misses, model_probe } => {
-                if g >= hi.reference * (1.0 - self.cfg.tolerance) {
+                if g >= hi.reference * (1.0 - self.plateau_margin()) {
                     // Still on the plateau with fewer sessions.
                     self.knee(lo, lo_g, Point { reference: hi.reference.max(g), ..here }, misses)
                 } else {
@@ -730,7 +803,8 @@ impl Tuner {
     /// now `level`: up first; if that first step is not better, down.
     fn restart(&mut self, level: f64) {
         let n = self.current;
-        let here = Point::at(n, level);
+        let count = self.cfg.retune.map_or(1, |rt| rt.consecutive);
+        let here = Point { count, ..Point::at(n, level) };
         self.measured.clear();
         self.report.retunes = self.report.retunes.saturating_add(1);
         self.report.final_n = None;
@@ -1062,7 +1136,7 @@ mod tests {
                 break;
             }
             let n = t.current();
-            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n) });
+            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n), coarse: false });
         }
         t.report().steps.iter().map(|s| s.n).collect()
     }

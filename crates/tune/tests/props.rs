@@ -29,7 +29,11 @@ fn config() -> impl Strategy<Value = TunerConfig> {
                 n_max,
                 tolerance,
                 samples_per_point: spp,
-                resample: rs.map(|(margin, max_samples)| ResampleConfig { margin, max_samples }),
+                resample: rs.map(|(margin, max_samples)| ResampleConfig {
+                    margin,
+                    max_samples,
+                    beyond_noise: true,
+                }),
                 discard_after_change: discard,
                 retune: rt.map(|(threshold, consecutive)| RetuneConfig { threshold, consecutive }),
                 plateau_knee: knee,
@@ -39,7 +43,7 @@ fn config() -> impl Strategy<Value = TunerConfig> {
 }
 
 fn signals() -> impl Strategy<Value = Signals> {
-    prop::option::of(any::<bool>()).prop_map(|standing_queue| Signals { standing_queue })
+    prop::option::of(any::<bool>()).prop_map(|standing_queue| Signals { standing_queue, coarse: false })
 }
 
 fn goodput() -> impl Strategy<Value = f64> {

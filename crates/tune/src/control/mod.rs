@@ -145,7 +145,19 @@ pub struct ControllerConfig {
     pub rate_cap_bytes_per_s: Option<f64>,
     /// The host's CPU cores (0: unknown), for the small path's start.
     pub cores: usize,
+    /// With a tuner and an automatic interval: a measured interval whose
+    /// two halves' goodputs differ by more than this share of their mean
+    /// is doubled (its first half is then the old interval), again while
+    /// they differ, up to the longest interval. A server that releases
+    /// whole replies, or holds them back now and then (a rate limiter, a
+    /// busy host), moves bytes from one short interval into the next; a
+    /// doubled interval takes in what was held back. On a steady path the
+    /// halves agree and intervals stay short. 0: never ([`HALVES_AGREE`]).
+    pub halves_agree: f64,
 }
+
+/// Default of [`ControllerConfig::halves_agree`].
+pub const HALVES_AGREE: f64 = 0.1;
 
 /// The share of the rate cap at which goodput counts as at the cap.
 pub const AT_RATE_CAP: f64 = 0.9;
@@ -169,6 +181,7 @@ impl ControllerConfig {
             demand_limited: DEMAND_LIMITED,
             rate_cap_bytes_per_s: None,
             cores: 0,
+            halves_agree: HALVES_AGREE,
         }
     }
 
@@ -185,6 +198,7 @@ impl ControllerConfig {
             small_path: false,
             signals: false,
             demand_limited: 0.0,
+            halves_agree: 0.0,
             ..ControllerConfig::new(parallelism)
         }
     }
@@ -297,6 +311,32 @@ impl Settle {
     }
 }
 
+/// The halves rule of one measured interval
+/// ([`ControllerConfig::halves_agree`]): progress at its start and, once
+/// reached, at its middle.
+#[derive(Debug, Clone, Copy)]
+struct Halves {
+    start: (Instant, u64),
+    mid_at: Instant,
+    mid: Option<u64>,
+    end: Instant,
+}
+
+impl Halves {
+    /// At the end `now` with progress `bytes`: the relative difference of
+    /// the two halves' rates (`None` if it cannot be told).
+    fn differ(&self, now: Instant, bytes: u64) -> Option<f64> {
+        let mid = self.mid?;
+        let first = mid.checked_sub(self.start.1)? as f64
+            / self.mid_at.saturating_duration_since(self.start.0).as_secs_f64();
+        let second =
+            bytes.checked_sub(mid)? as f64 / now.saturating_duration_since(self.mid_at).as_secs_f64();
+        let mean = (first + second) / 2.0;
+        let d = (second - first).abs() / mean;
+        d.is_finite().then_some(d)
+    }
+}
+
 /// Where the controller is between two calls.
 #[derive(Debug, Clone)]
 enum State {
@@ -319,6 +359,7 @@ enum State {
         drain_wait_s: f64,
         connect_wait_s: f64,
         settle: Option<Settle>,
+        halves: Option<Halves>,
     },
 }
 
@@ -348,6 +389,8 @@ pub struct Controller {
     small_path: bool,
     /// The smallest RTT seen on the path, seconds (0 unknown).
     path_rtt_s: f64,
+    /// The halves rule lengthened the interval being closed.
+    bursty: bool,
     state: State,
     samples: Vec<IntervalSample>,
     progress: Vec<ProgressPoint>,
@@ -410,6 +453,7 @@ impl Controller {
             last_change_s: None,
             small_path,
             path_rtt_s: rtt,
+            bursty: false,
             state: State::Starting { at: now },
             samples: Vec::new(),
             progress: Vec::new(),
@@ -482,24 +526,49 @@ impl Controller {
                         drain_wait_s,
                         connect_wait_s: 0.0,
                         settle: None,
+                        halves: None,
                     };
                 }
                 None
             }
-            State::Measuring { began, rtt_s, drain_wait_s, connect_wait_s, mut settle, .. } => {
+            State::Measuring {
+                began, rtt_s, drain_wait_s, connect_wait_s, mut settle, mut halves, ..
+            } => {
                 if let Some(st) = settle.as_mut()
                     && !st.mark(now, counters.transport_bytes())
                 {
                     let end = st.next(now);
-                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle };
+                    self.state =
+                        State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle, halves };
+                    return None;
+                }
+                if let Some(h) = halves.as_mut()
+                    && h.mid.is_none()
+                {
+                    h.mid = Some(progress_bytes(counters));
+                    let end = h.end;
+                    self.state =
+                        State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle, halves };
                     return None;
                 }
                 if let Some(end) = self.longer_for_completions(now, began, counters) {
-                    self.state = State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle };
+                    self.state =
+                        State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle, halves };
+                    return None;
+                }
+                if let Some(h) = halves
+                    && let Some(next) = self.longer_for_halves(&h, now, began, counters)
+                {
+                    let end = next.end;
+                    let halves = Some(next);
+                    self.bursty = true;
+                    self.state =
+                        State::Measuring { began, end, rtt_s, drain_wait_s, connect_wait_s, settle, halves };
                     return None;
                 }
                 let before = self.decision;
                 self.sample(now, counters, rtt_s, (drain_wait_s, connect_wait_s), false);
+                self.bursty = false;
                 self.state = State::Starting { at: now };
                 (self.decision != before).then_some(self.decision)
             }
@@ -532,6 +601,7 @@ impl Controller {
             drain_wait_s: 0.0,
             connect_wait_s: 0.0,
             settle: None,
+            halves: None,
         };
     }
 
@@ -699,11 +769,50 @@ impl Controller {
                     max_end: now + length.max(settle_max),
                 }
             });
-        let end = match &settle {
-            Some(st) => st.next(now),
-            None => now + length,
+        // The halves rule, for measured intervals of an automatic length.
+        let halves = (!warmup
+            && settle.is_none()
+            && self.tuner.is_some()
+            && self.has_pools
+            && self.config.halves_agree > 0.0
+            && matches!(self.config.interval, IntervalChoice::Auto(_))
+            && length >= 2 * MIN_INTERVAL)
+            .then(|| Halves {
+                start: (now, progress_bytes(counters)),
+                mid_at: now + length / 2,
+                mid: None,
+                end: now + length,
+            });
+        let end = match (&settle, &halves) {
+            (Some(st), _) => st.next(now),
+            (None, Some(h)) => h.mid_at,
+            (None, None) => now + length,
         };
-        State::Measuring { began: now, end, rtt_s, drain_wait_s, connect_wait_s, settle }
+        State::Measuring { began: now, end, rtt_s, drain_wait_s, connect_wait_s, settle, halves }
+    }
+
+    /// The halves rule at the end `now` of a measured interval: when its
+    /// halves differ by more than [`ControllerConfig::halves_agree`] and a
+    /// doubled interval fits in the longest one, the doubled interval
+    /// (its middle is now).
+    fn longer_for_halves(
+        &self,
+        h: &Halves,
+        now: Instant,
+        began: Instant,
+        counters: &Counters,
+    ) -> Option<Halves> {
+        let IntervalChoice::Auto(policy) = self.config.interval else { return None };
+        let bytes = progress_bytes(counters);
+        let d = h.differ(now, bytes)?;
+        let length = now.saturating_duration_since(began);
+        let longest = Duration::from_secs_f64(policy.max_interval_s.max(0.0));
+        (d > self.config.halves_agree && 2 * length <= longest).then(|| Halves {
+            start: h.start,
+            mid_at: now,
+            mid: Some(bytes),
+            end: now + length,
+        })
     }
 
     /// When goodput comes from completed requests and an automatic interval
@@ -790,7 +899,9 @@ impl Controller {
             if goodput.is_finite() {
                 self.best_goodput = self.best_goodput.max(goodput);
             }
-            let signals = if self.config.signals { Signals { standing_queue } } else { Signals::default() };
+            let coarse = transport_rate.is_none() || self.bursty;
+            let signals =
+                if self.config.signals { Signals { standing_queue, coarse } } else { Signals::default() };
             if let Some(t) = self.tuner.as_mut() {
                 if self.config.rate_cap_bytes_per_s.is_some() {
                     t.set_ceiling(capped.then_some(n));
@@ -843,6 +954,12 @@ impl Controller {
     fn shape(&self) -> (u32, usize) {
         if self.has_pools { (self.decision.request_bytes, self.decision.depth) } else { (0, 0) }
     }
+}
+
+/// Bytes moved so far, as the goodput counts them: the TCP byte counters
+/// when every active session has them, else completed requests.
+fn progress_bytes(counters: &Counters) -> u64 {
+    counters.transport_bytes().unwrap_or(counters.completed_bytes)
 }
 
 /// Without TCP counters an automatic interval lasts until at least this

@@ -332,7 +332,7 @@ impl Bench {
         if self.cfg.noise > 0.0 {
             g = (g * (1.0 + self.cfg.noise * self.rng.next_normal())).max(0.0);
         }
-        let signals = Signals { standing_queue: model.standing_queue(n) };
+        let signals = Signals { standing_queue: model.standing_queue(n), coarse: false };
         let step = self.tuner.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s }, signals);
         self.last_measured = g;
         self.elapsed_s += duration_s;

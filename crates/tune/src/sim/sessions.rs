@@ -21,6 +21,11 @@
 //! random loss limits each connection's window: slow start overshoots to a
 //! multiple of that window before the first loss, then the window shrinks
 //! by 0.7 every round trip down to it (cubic under random loss, roughly).
+//! And optionally the server is bursty ([`SessionSim::with_bursts`]): it
+//! releases every reply whole, and at random moments holds all replies
+//! back for up to some tens of milliseconds and then releases them at once
+//! (nbdkit's `rate` filter on a busy host): the rate over a second is
+//! exact, but a short interval counts too few or too many bytes.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -42,6 +47,9 @@ struct Session {
     active: bool,
     window: f64,
     delivered: f64,
+    /// Bytes the controller sees: `delivered`, or on a bursty server the
+    /// replies released so far.
+    visible: f64,
     /// Requests taken: (size, bytes left), the first one in progress.
     requests: VecDeque<(u32, f64)>,
     idle_s: f64,
@@ -71,6 +79,22 @@ pub struct SessionSim {
     /// Random loss: (the loss-limited window, bytes; how far slow start
     /// overshoots it before the first loss).
     loss: Option<(f64, f64)>,
+    /// A bursty server (see [`SessionSim::with_bursts`]).
+    bursts: Option<Bursts>,
+}
+
+/// The bursty server's state: replies finished but not yet released.
+#[derive(Debug, Clone)]
+struct Bursts {
+    rng: super::SplitMix64,
+    /// Longest hold, seconds.
+    hold_max_s: f64,
+    /// Mean time between holds, seconds.
+    gap_s: f64,
+    /// Simulated seconds until which replies are held back.
+    held_until: f64,
+    /// Finished replies not yet released: (session, bytes).
+    pending: Vec<(usize, f64)>,
 }
 
 impl SessionSim {
@@ -99,6 +123,7 @@ impl SessionSim {
             idle_slot_s: 0.0,
             connect_rtts: 0.0,
             loss: None,
+            bursts: None,
         }
     }
 
@@ -141,6 +166,28 @@ impl SessionSim {
     pub fn with_session_limit(mut self, bytes_per_s: f64) -> Self {
         self.per_session_limit = bytes_per_s;
         self
+    }
+
+    /// A bursty server: replies are released whole (the TCP counters move
+    /// by a request at a time, as completions do), and every `gap_s` on
+    /// average (random, from `seed`) all replies are held back for a random
+    /// time up to `hold_max_s` and then released at once. The server keeps
+    /// serving meanwhile, so only when bytes are seen moves, not how many.
+    pub fn with_bursts(mut self, seed: u64, hold_max_s: f64, gap_s: f64) -> Self {
+        self.bursts = Some(Bursts {
+            rng: super::SplitMix64::new(seed),
+            hold_max_s,
+            gap_s,
+            held_until: 0.0,
+            pending: Vec::new(),
+        });
+        self
+    }
+
+    /// Each session carries at most `bytes_per_s` from now on (a server's
+    /// per-connection limit that changes mid-run).
+    pub fn set_session_limit(&mut self, bytes_per_s: f64) {
+        self.per_session_limit = bytes_per_s;
     }
 
     /// Sessions have no TCP counters (Unix sockets): the controller only
@@ -213,7 +260,7 @@ impl SessionSim {
                 active: s.active,
                 in_flight: s.requests.len(),
                 tcp: self.tcp.then_some(TcpCounters {
-                    bytes: s.delivered as u64,
+                    bytes: s.visible as u64,
                     total_retrans: 0,
                     rtt_us: (rtt * 1e6) as u32,
                     cwnd_bytes: s.window as u64,
@@ -334,13 +381,19 @@ impl SessionSim {
             let s = &mut self.sessions[*i];
             let mut bytes = r * dt;
             s.delivered += bytes;
+            if self.bursts.is_none() {
+                s.visible = s.delivered;
+            }
             while bytes > 0.0 {
                 let Some(front) = s.requests.front_mut() else { break };
                 let take = bytes.min(front.1);
                 front.1 -= take;
                 bytes -= take;
                 if front.1 <= 1e-6 {
-                    self.completed += f64::from(front.0);
+                    match self.bursts.as_mut() {
+                        Some(b) => b.pending.push((*i, f64::from(front.0))),
+                        None => self.completed += f64::from(front.0),
+                    }
                     s.requests.pop_front();
                     if s.active
                         && s.requests.len() < d.depth.max(1)
@@ -361,11 +414,33 @@ impl SessionSim {
             }
             .min(limit);
         }
+        self.release(dt);
         for s in &mut self.sessions {
             if s.requests.is_empty() {
                 s.idle_s += dt;
             } else {
                 s.idle_s = 0.0;
+            }
+        }
+    }
+}
+
+impl SessionSim {
+    /// The bursty server: starts a hold now and then, and releases the
+    /// finished replies when no hold is on.
+    fn release(&mut self, dt: f64) {
+        let now = self.elapsed_s() + dt;
+        let Some(b) = self.bursts.as_mut() else { return };
+        if now >= b.held_until && b.rng.next_f64() < dt / b.gap_s.max(dt) {
+            b.held_until = now + b.rng.next_f64() * b.hold_max_s;
+        }
+        if now < b.held_until {
+            return;
+        }
+        for (i, bytes) in b.pending.drain(..) {
+            self.completed += bytes;
+            if let Some(s) = self.sessions.get_mut(i) {
+                s.visible += bytes;
             }
         }
     }
