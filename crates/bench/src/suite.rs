@@ -90,6 +90,12 @@ pub struct Row {
     pub server_cpu_s_per_gbit: Option<f64>,
     /// Seconds to convergence (auto).
     pub converge_s: Option<f64>,
+    /// Seconds until goodput first reached 95 % of what the path carried
+    /// (the report's `timing.time_to_95pct_s`; wanblk runs).
+    pub time_to_95pct_s: Option<f64>,
+    /// Seconds until N was final (the report's `timing.time_to_final_n_s`;
+    /// wanblk with auto).
+    pub time_to_final_n_s: Option<f64>,
     /// Hypervisor steal share of host CPU during the run, percent.
     pub steal_pct: Option<f64>,
 }
@@ -110,6 +116,7 @@ fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
         let from = r.converge_s.unwrap_or(0.3 * r.seconds);
         steady_after(j, from)
     });
+    let timing = r.report.as_ref().and_then(|j| j.timing);
     Row {
         scenario: scenario.into(),
         path: spec.label(),
@@ -128,6 +135,8 @@ fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
         client_cpu_s_per_gbit: per(r.client_cpu_s),
         server_cpu_s_per_gbit: per(r.server_cpu_s),
         converge_s: r.converge_s,
+        time_to_95pct_s: timing.and_then(|t| t.time_to_95pct_s),
+        time_to_final_n_s: timing.and_then(|t| t.time_to_final_n_s),
         steal_pct: r.steal_pct,
     }
 }
@@ -524,14 +533,14 @@ fn tables(rows: &[Row]) -> String {
             let _ = writeln!(t, "\n### {p}, {dir:?}\n");
             let _ = writeln!(
                 t,
-                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged | host steal % |"
+                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged | 95 % at s | N final at s | host steal % |"
             );
-            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for r in rs {
                 let ratio = |d: Option<f64>| d.map_or("-".into(), |d| format!("{:.2}", r.goodput_mbps / d));
                 let _ = writeln!(
                     t,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.scenario,
                     r.tool,
                     r.n.map_or("-".into(), |n| n.to_string()),
@@ -542,6 +551,8 @@ fn tables(rows: &[Row]) -> String {
                     cell(r.client_cpu_s_per_gbit, 2),
                     cell(r.server_cpu_s_per_gbit, 2),
                     r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
+                    cell(r.time_to_95pct_s, 1),
+                    cell(r.time_to_final_n_s, 1),
                     cell(r.steal_pct, 0),
                 );
             }
@@ -790,6 +801,8 @@ mod tests {
             client_cpu_s_per_gbit: None,
             server_cpu_s_per_gbit: None,
             converge_s: None,
+            time_to_95pct_s: None,
+            time_to_final_n_s: None,
             steal_pct: None,
         }
     }
@@ -812,6 +825,25 @@ mod tests {
         let t = tables(&rows);
         assert_eq!(auto_ratio(&t, "Restore"), "0.50", "{t}");
         assert_eq!(auto_ratio(&t, "Backup"), "1.00", "{t}");
+    }
+
+    #[test]
+    fn the_tables_show_when_the_run_reached_the_path() {
+        let rows = [
+            row("ceiling", Direction::Restore, 900.0),
+            Row {
+                time_to_95pct_s: Some(1.3),
+                time_to_final_n_s: Some(7.5),
+                ..row("auto", Direction::Restore, 850.0)
+            },
+        ];
+        let t = tables(&rows);
+        assert!(t.contains("| 95 % at s | N final at s |"), "{t}");
+        let auto = t.lines().find(|l| l.starts_with("| auto")).unwrap();
+        let cells: Vec<&str> = auto.split('|').map(str::trim).collect();
+        assert_eq!((cells[11], cells[12]), ("1.3", "7.5"), "{auto}");
+        let ceiling = t.lines().find(|l| l.starts_with("| ceiling")).unwrap();
+        assert!(ceiling.contains("| - | - |"), "{ceiling}");
     }
 
     #[test]
