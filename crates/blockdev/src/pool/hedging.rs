@@ -92,6 +92,7 @@ impl Shared {
             op: r.op.clone(),
             reply: Arc::clone(&r.reply),
             attempts: 0,
+            fresh_from: 0,
             hedge: true,
             ahead: false,
             transient: 0,

@@ -82,7 +82,11 @@ impl Reply {
 pub(super) struct Job {
     pub(super) op: Op,
     pub(super) reply: Arc<Reply>,
+    /// Sessions it broke so far (see [`Shared::session_failed`]).
     pub(super) attempts: u32,
+    /// Sessions with an index at or above this one were opened after the
+    /// request's last connection failure (0: it had none).
+    pub(super) fresh_from: usize,
     /// This is the duplicate of a straggler.
     pub(super) hedge: bool,
     /// Read-ahead: served after every demand request waiting.
@@ -152,8 +156,10 @@ impl Pool {
     /// Queues `op` (behind every demand request if `ahead`) and waits for its result.
     pub(super) async fn submit_as(&self, op: Op, ahead: bool) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
-        self.shared
-            .push(Job { op, reply: Reply::new(tx), attempts: 0, hedge: false, ahead, transient: 0 }, false);
+        self.shared.push(
+            Job { op, reply: Reply::new(tx), attempts: 0, fresh_from: 0, hedge: false, ahead, transient: 0 },
+            false,
+        );
         rx.await
             .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
     }

@@ -285,7 +285,16 @@ impl Shared {
     }
 
     /// A session's connection failed while it carried `job`: retire it and
-    /// queue the request again (up to `max_attempts` times).
+    /// queue the request again.
+    ///
+    /// A request that breaks every session it touches must end: after
+    /// `max_attempts` broken sessions it fails. Only a session opened after
+    /// the request's previous connection failure counts: when a whole
+    /// target goes away (killed, restarted, the path blacked out), every
+    /// session dies at once, and a request queued again from the first one
+    /// to notice lands on others that are already dead but not yet known
+    /// to be (with many sessions and a long path, dozens in a few ms); that
+    /// says nothing about the request, and it waits for a new session.
     pub(super) fn session_failed(
         self: &Arc<Self>,
         session: &Session,
@@ -298,12 +307,15 @@ impl Shared {
             // A copy already answered, or one is still running: it decides.
             return;
         }
-        if job.attempts + 1 >= self.config.retry.max_attempts {
+        let counts = session.index >= job.fresh_from;
+        let attempts = job.attempts + u32::from(counts);
+        if attempts >= self.config.retry.max_attempts {
             job.reply.deliver(Err(err));
             return;
         }
+        let fresh_from = lock(&self.sessions).len();
         self.faults.retried.fetch_add(1, Ordering::Relaxed);
-        self.push(Job { attempts: job.attempts + 1, hedge: false, ..job }, true);
+        self.push(Job { attempts, fresh_from, hedge: false, ..job }, true);
     }
 
     /// Sends `entries` (writes a failed session acknowledged but no flush
@@ -320,7 +332,15 @@ impl Shared {
             let (tx, rx) = tokio::sync::oneshot::channel();
             self.resending.fetch_add(1, Ordering::SeqCst);
             self.push(
-                Job { op, reply: Reply::new(tx), attempts: 0, hedge: false, ahead: false, transient: 0 },
+                Job {
+                    op,
+                    reply: Reply::new(tx),
+                    attempts: 0,
+                    fresh_from: 0,
+                    hedge: false,
+                    ahead: false,
+                    transient: 0,
+                },
                 true,
             );
             let this = Arc::clone(self);
