@@ -84,9 +84,30 @@ pub(crate) async fn exec(
     }
 }
 
+/// Clears the UNIT ATTENTION a fresh I_T nexus reports (tgtd: 29/00 on
+/// the first command of every session) in one round trip: two TEST UNIT
+/// READY at once, the first to take the attention, the second (retried
+/// while attentions remain) to see the LUN ready.
+pub(crate) async fn clear_unit_attention(link: &Link) -> std::result::Result<(), CommandError> {
+    let tur = || Command { cdb: scsi::test_unit_ready(), dir: DataDir::None };
+    let (first, second) = tokio::join!(exec(link, tur(), 0), exec(link, tur(), PROBE_UA_RETRIES));
+    match first {
+        Err(e) if !sense_of(&e).is_some_and(|s| s.is_unit_attention()) => return Err(e),
+        _ => {}
+    }
+    second.map(|_| ())
+}
+
 /// Learns the LUN: TEST UNIT READY (clearing UNIT ATTENTIONs), INQUIRY,
 /// READ CAPACITY(16), and the Block Limits and Logical Block Provisioning
 /// VPD pages where supported.
+///
+/// Every command is sent at once (one round trip on a long path instead of
+/// seven one after another): the TEST UNIT READY go first and take the
+/// session's UNIT ATTENTION; a command that gets one all the same is
+/// retried. Both VPD pages are asked for before the target said which it
+/// supports; an answer is used only when the supported-pages list names
+/// its page (an unsupported page is a harmless CHECK CONDITION).
 pub(crate) async fn probe(
     name: &str,
     link: &Link,
@@ -94,11 +115,21 @@ pub(crate) async fn probe(
     max_request_bytes: u32,
 ) -> Result<LunInfo> {
     let err = |e| command_error(name, None, e);
-    exec(link, Command { cdb: scsi::test_unit_ready(), dir: DataDir::None }, PROBE_UA_RETRIES)
-        .await
-        .map_err(err)?;
-    let inq =
-        exec(link, Command { cdb: scsi::inquiry(None, 96), dir: DataDir::Read(96) }, 1).await.map_err(err)?;
+    let vpd = |page: u8| async move {
+        exec(link, Command { cdb: scsi::inquiry(Some(page), 252), dir: DataDir::Read(252) }, PROBE_UA_RETRIES)
+            .await
+            .ok()
+    };
+    let (ready, inq, cap, pages, limits, prov) = tokio::join!(
+        clear_unit_attention(link),
+        exec(link, Command { cdb: scsi::inquiry(None, 96), dir: DataDir::Read(96) }, PROBE_UA_RETRIES),
+        exec(link, Command { cdb: scsi::read_capacity16(32), dir: DataDir::Read(32) }, PROBE_UA_RETRIES),
+        vpd(0x00),
+        vpd(0xb0),
+        vpd(0xb2),
+    );
+    ready.map_err(err)?;
+    let inq = inq.map_err(err)?;
     let inq =
         scsi::parse_inquiry(&inq.data).map_err(|e| EndpointError::protocol(name, None, e.to_string()))?;
     if inq.qualifier != 0 || inq.device_type != 0 {
@@ -111,25 +142,17 @@ pub(crate) async fn probe(
             ),
         ));
     }
-    let cap = exec(link, Command { cdb: scsi::read_capacity16(32), dir: DataDir::Read(32) }, 1)
-        .await
-        .map_err(err)?;
+    let cap = cap.map_err(err)?;
     let cap = scsi::parse_read_capacity16(&cap.data)
         .map_err(|e| EndpointError::protocol(name, None, e.to_string()))?;
-    let vpd = |page: u8| async move {
-        exec(link, Command { cdb: scsi::inquiry(Some(page), 252), dir: DataDir::Read(252) }, 1).await.ok()
-    };
-    let pages = match vpd(0x00).await {
-        Some(o) => scsi::parse_supported_vpd(&o.data).unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let pages = pages.map(|o| scsi::parse_supported_vpd(&o.data).unwrap_or_default()).unwrap_or_default();
     let limits = if pages.contains(&0xb0) {
-        vpd(0xb0).await.and_then(|o| scsi::parse_block_limits(&o.data).ok()).unwrap_or_default()
+        limits.and_then(|o| scsi::parse_block_limits(&o.data).ok()).unwrap_or_default()
     } else {
         Default::default()
     };
     let prov = if pages.contains(&0xb2) {
-        vpd(0xb2).await.and_then(|o| scsi::parse_provisioning(&o.data).ok()).unwrap_or_default()
+        prov.and_then(|o| scsi::parse_provisioning(&o.data).ok()).unwrap_or_default()
     } else {
         Default::default()
     };

@@ -152,6 +152,9 @@ pub struct IscsiConnector {
     itt_base: AtomicU32,
     mcs: tokio::sync::Mutex<Option<Arc<McsSession>>>,
     max_connections: AtomicUsize,
+    /// What the first session's probe learnt about the LUN; later sessions
+    /// (sessions mode) share it instead of probing again.
+    lun: std::sync::Mutex<Option<Arc<LunInfo>>>,
 }
 
 impl std::fmt::Debug for IscsiConnector {
@@ -232,6 +235,7 @@ impl IscsiConnector {
             itt_base: AtomicU32::new(0x1000_0000),
             mcs: tokio::sync::Mutex::new(None),
             max_connections: AtomicUsize::new(0),
+            lun: std::sync::Mutex::new(None),
         })
     }
 
@@ -358,8 +362,23 @@ impl IscsiConnector {
 
     async fn connect_session(&self) -> Result<Arc<IscsiEndpoint>> {
         let (link, params, _tsih, _window) = self.open(self.new_isid(), 0, 0, None, None).await?;
-        let lun = match endpoint::probe(&self.name, &link, &params, self.opts.max_request_bytes).await {
-            Ok(l) => Arc::new(l),
+        // The LUN is the same behind every session: probe it once (seven
+        // commands), and on later sessions only take the UNIT ATTENTION a
+        // new session reports (one round trip instead of the probe's).
+        let known = self.lun.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let lun = match known {
+            Some(lun) => endpoint::clear_unit_attention(&link)
+                .await
+                .map(|()| lun)
+                .map_err(|e| endpoint::command_error(&self.name, None, e)),
+            None => endpoint::probe(&self.name, &link, &params, self.opts.max_request_bytes).await.map(|l| {
+                let l = Arc::new(l);
+                *self.lun.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&l));
+                l
+            }),
+        };
+        let lun = match lun {
+            Ok(l) => l,
             Err(e) => {
                 let _ = link.logout(true, 0, Duration::from_secs(2)).await;
                 return Err(e);

@@ -60,3 +60,44 @@ async fn one_session() {
 async fn four_sessions() {
     run(4).await;
 }
+
+/// Sessions after the first take the LUN's block size, size and limits
+/// from the first session's probe (they only clear their UNIT ATTENTION):
+/// on a 4096-byte-block LUN each later session's very first command is a
+/// write, read back through another session, and the file matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_sessions_share_the_first_probe() {
+    let tgt = Tgt::start();
+    let size = 16u64 << 20;
+    let file = tgt.file("lun.img", size);
+    tgt.target(1, "iqn.2024-01.test:shared", &file, Some(4096), false);
+    tgt.lfn(1);
+    let c = IscsiConnector::parse(&tgt.uri("iqn.2024-01.test:shared")).unwrap();
+    let first = within(30, c.connect_endpoint()).await.unwrap();
+    let later = futures::future::join_all((0..3).map(|_| within(30, c.connect_endpoint()))).await;
+    let later: Vec<_> = later.into_iter().map(Result::unwrap).collect();
+    let chunk = 1u64 << 20;
+    for (i, ep) in later.iter().enumerate() {
+        assert_eq!(ep.block_len(), 4096);
+        assert_eq!(ep.size(), size);
+        assert_eq!(ep.max_request_bytes(), first.max_request_bytes());
+        let off = i as u64 * chunk;
+        let data = pattern(chunk as usize, off + 7);
+        within(30, ep.write(off, data.clone(), false)).await.unwrap();
+        let back = within(30, later[(i + 1) % later.len()].read(off, chunk as u32)).await.unwrap();
+        assert!(back == data, "session {} read other bytes at {off}", (i + 1) % later.len());
+    }
+    for ep in later.iter().chain(std::iter::once(&first)) {
+        within(30, ep.flush()).await.unwrap();
+    }
+    for i in 0..later.len() as u64 {
+        let off = i * chunk;
+        assert!(
+            file_bytes(&file, off, chunk as usize) == pattern(chunk as usize, off + 7)[..],
+            "file differs at {off}"
+        );
+    }
+    for ep in later.iter().chain(std::iter::once(&first)) {
+        within(30, ep.close()).await.unwrap();
+    }
+}
