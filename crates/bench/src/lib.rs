@@ -10,7 +10,8 @@
 //! - [`suite`], [`iscsi`], [`demo`]: the experiments on the emulated path;
 //!   [`loopback`]: wanblk vs nbdcopy on 127.0.0.1, no emulator;
 //!   [`faults`]: what target restarts, blackouts and an interruption
-//!   cost a copy.
+//!   cost a copy; [`share`]: wanblk against other flows and other
+//!   copies of itself on one path.
 //!
 //! I/O boundary: this crate starts processes (in network namespaces) and
 //! writes files; it needs root for the emulator.
@@ -23,5 +24,6 @@ pub mod loopback;
 pub mod path;
 pub mod plot;
 mod report;
+pub mod share;
 pub mod suite;
 pub mod tls;

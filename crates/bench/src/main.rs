@@ -60,7 +60,7 @@ struct DemoArgs {
     out: PathBuf,
 }
 
-/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback, frontend, tls or faults).
+/// Benchmark wanblk against nbdcopy and the raw link (quick, full, iscsi, loopback, frontend, tls, faults or share).
 ///
 /// Each path is emulated by wanblk's own NFQUEUE emulator with the embedded
 /// target behind it (reads from a random fill, writes dropped); on each
@@ -93,11 +93,15 @@ struct DemoArgs {
 /// 500 Mbit/s, 25 ms path while a fault happens: nbdkit and tgtd killed and
 /// restarted after 5 s and 30 s, blackouts of 5 s and 60 s, SIGINT at half
 /// way and a rerun; a table of what the user saw, time lost and bytes sent
-/// again.
+/// again. `share` (about 15 minutes, root, iperf3) shows how wanblk shares
+/// a 1 Gbit/s, 50 ms path: alone, against 1 and 4 iperf3 flows, and 2 and
+/// 4 copies started together, each with `--share fair` and `greedy`:
+/// goodput of each party, N, and Jain's fairness index between the parties
+/// and among each copy's own sessions.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// `quick`, `full`, `iscsi`, `loopback`, `frontend`, `tls` or `faults`.
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend", "tls", "faults"])]
+    /// `quick`, `full`, `iscsi`, `loopback`, `frontend`, `tls`, `faults` or `share`.
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full", "iscsi", "loopback", "frontend", "tls", "faults", "share"])]
     profile: String,
     /// Output directory [default: docs/results/PROFILE].
     #[arg(long)]
@@ -208,6 +212,18 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 size: 1 << 30,
                 rate_mbps: 500,
                 delay_ms: 25.0,
+            },
+        ),
+        "share" => wanblk_bench::share::run(
+            exe,
+            &wanblk_bench::share::ShareOptions {
+                out_dir: out("share"),
+                size: 2 << 30,
+                rate_mbps: 1000,
+                delay_ms: 50.0,
+                modes: vec!["fair".into(), "greedy".into()],
+                flows: vec![1, 4],
+                copies: vec![2, 4],
             },
         ),
         "tls" => wanblk_bench::tls::run(
