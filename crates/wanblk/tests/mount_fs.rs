@@ -179,6 +179,7 @@ impl Setup {
         }
         if let Some(dev) = self.loopdev.take() {
             sh(&["losetup", "-d", &dev]);
+            wait_released(&dev);
         }
     }
 
@@ -190,6 +191,20 @@ impl Setup {
         assert!(status.success(), "wanblk mount exited with {status}");
         assert!(!is_mounted(&self.mnt()), "wanblk mount left its mount behind");
     }
+}
+
+/// Waits (up to 60 s) until the kernel has let go of a detached loop
+/// device's backing file: `losetup -d` returns at once and the release
+/// follows later, under load seconds later, and until then the disk file
+/// is busy and `wanblk mount` cannot unmount.
+fn wait_released(dev: &str) {
+    let name = dev.trim_start_matches("/dev/");
+    let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while backing.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!backing.exists(), "{dev} still holds its backing file 60 s after losetup -d");
 }
 
 fn is_mounted(p: &Path) -> bool {
