@@ -224,6 +224,12 @@ pub trait Endpoint: Send + Sync {
     /// Negotiated capabilities.
     fn capabilities(&self) -> Capabilities;
 
+    /// A serial number that identifies the store where the protocol gives
+    /// one (an iSCSI LUN's Unit Serial Number); the resume journal checks it.
+    fn serial(&self) -> Option<String> {
+        None
+    }
+
     /// Reads `len` bytes at `offset`. Returns exactly `len` bytes or an error.
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes>;
 

@@ -367,6 +367,10 @@ impl Endpoint for FrontEnd {
         self.caps
     }
 
+    fn serial(&self) -> Option<String> {
+        self.shared.inner.serial()
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         self.check(offset, len.into())?;
         if len == 0 {

@@ -67,16 +67,11 @@ pub(crate) async fn sample(src: &dyn Endpoint, bytes: u64) -> anyhow::Result<Str
 }
 
 /// The identity of a copy of `bytes` bytes from `src` to the destination
-/// named `dst_name` of `dst_size` bytes.
-pub(crate) async fn identity(
-    src: &dyn Endpoint,
-    bytes: u64,
-    dst_name: String,
-    dst_size: u64,
-) -> anyhow::Result<Identity> {
+/// `dst` (a store, or a new file not yet created).
+pub(crate) async fn identity(src: &dyn Endpoint, bytes: u64, dst: StoreIdentity) -> anyhow::Result<Identity> {
     Ok(Identity {
-        source: StoreIdentity { name: src.name().to_string(), size: src.size(), serial: None },
-        destination: StoreIdentity { name: dst_name, size: dst_size, serial: None },
+        source: StoreIdentity { name: src.name().to_string(), size: src.size(), serial: src.serial() },
+        destination: dst,
         bytes,
         sample_sha256: sample(src, bytes).await?,
     })

@@ -75,6 +75,10 @@ impl Endpoint for Pool {
         self.caps
     }
 
+    fn serial(&self) -> Option<String> {
+        self.serial.clone()
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         self.read_as(offset, len, false).await
     }

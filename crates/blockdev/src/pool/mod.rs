@@ -209,6 +209,8 @@ pub struct Pool {
     shared: Arc<Shared>,
     size: u64,
     caps: Capabilities,
+    /// The store's serial number, from the first session.
+    serial: Option<String>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -276,6 +278,7 @@ impl Pool {
         caps.block_sizes.maximum = (1u32 << 30) - (1u32 << 30) % min;
         caps.block_sizes.preferred = max_request_bytes.max(bs.preferred);
         let size = first.size();
+        let serial = first.serial();
         let (roles, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
             name,
@@ -325,7 +328,7 @@ impl Pool {
             ),
         });
         Shared::add_session(&shared, first);
-        let pool = Pool { shared, size, caps };
+        let pool = Pool { shared, size, caps, serial };
         // Open the other initial sessions now, in parallel, and wait for them
         // so a fixed-N run starts with all N.
         let want = pool.shared.active.load(Ordering::SeqCst);

@@ -38,6 +38,9 @@ pub(crate) struct LunInfo {
     pub(crate) write_same: AtomicBool,
     pub(crate) vendor: String,
     pub(crate) product: String,
+    /// The Unit Serial Number VPD page, where the target gives one: the
+    /// LUN's identity in the resume journal.
+    pub(crate) serial: Option<String>,
 }
 
 pub(crate) fn command_error(name: &str, offset: Option<u64>, e: CommandError) -> EndpointError {
@@ -99,13 +102,13 @@ pub(crate) async fn clear_unit_attention(link: &Link) -> std::result::Result<(),
 }
 
 /// Learns the LUN: TEST UNIT READY (clearing UNIT ATTENTIONs), INQUIRY,
-/// READ CAPACITY(16), and the Block Limits and Logical Block Provisioning
-/// VPD pages where supported.
+/// READ CAPACITY(16), and the Unit Serial Number, Block Limits and Logical
+/// Block Provisioning VPD pages where supported.
 ///
 /// Every command is sent at once (one round trip on a long path instead of
 /// seven one after another): the TEST UNIT READY go first and take the
 /// session's UNIT ATTENTION; a command that gets one all the same is
-/// retried. Both VPD pages are asked for before the target said which it
+/// retried. The VPD pages are asked for before the target said which it
 /// supports; an answer is used only when the supported-pages list names
 /// its page (an unsupported page is a harmless CHECK CONDITION).
 pub(crate) async fn probe(
@@ -120,11 +123,12 @@ pub(crate) async fn probe(
             .await
             .ok()
     };
-    let (ready, inq, cap, pages, limits, prov) = tokio::join!(
+    let (ready, inq, cap, pages, serial, limits, prov) = tokio::join!(
         clear_unit_attention(link),
         exec(link, Command { cdb: scsi::inquiry(None, 96), dir: DataDir::Read(96) }, PROBE_UA_RETRIES),
         exec(link, Command { cdb: scsi::read_capacity16(32), dir: DataDir::Read(32) }, PROBE_UA_RETRIES),
         vpd(0x00),
+        vpd(0x80),
         vpd(0xb0),
         vpd(0xb2),
     );
@@ -146,6 +150,13 @@ pub(crate) async fn probe(
     let cap = scsi::parse_read_capacity16(&cap.data)
         .map_err(|e| EndpointError::protocol(name, None, e.to_string()))?;
     let pages = pages.map(|o| scsi::parse_supported_vpd(&o.data).unwrap_or_default()).unwrap_or_default();
+    // A serial the target gets wrong is no reason to refuse the LUN: it is
+    // only an identity check for resuming, and then there is none.
+    let serial = if pages.contains(&0x80) {
+        serial.and_then(|o| scsi::parse_unit_serial(&o.data).ok()).flatten()
+    } else {
+        None
+    };
     let limits = if pages.contains(&0xb0) {
         limits.and_then(|o| scsi::parse_block_limits(&o.data).ok()).unwrap_or_default()
     } else {
@@ -188,6 +199,7 @@ pub(crate) async fn probe(
         write_same: AtomicBool::new(true),
         vendor: inq.vendor,
         product: inq.product,
+        serial,
     })
 }
 
@@ -368,6 +380,10 @@ impl Endpoint for IscsiEndpoint {
 
     fn size(&self) -> u64 {
         self.lun.blocks * u64::from(self.lun.block_len)
+    }
+
+    fn serial(&self) -> Option<String> {
+        self.lun.serial.clone()
     }
 
     fn capabilities(&self) -> Capabilities {

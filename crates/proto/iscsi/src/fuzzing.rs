@@ -185,8 +185,8 @@ pub fn connection(data: &[u8]) -> Result<(), String> {
 
 /// Arbitrary bytes into every SCSI data parser: sense data (fixed and
 /// descriptor format, bare and in a SCSI Response data segment), standard
-/// INQUIRY, the Supported VPD, Block Limits and Logical Block Provisioning
-/// pages, READ CAPACITY(16), REPORT LUNS. The first 13 bytes also build the LBA CDBs and
+/// INQUIRY, the Supported VPD, Unit Serial Number, Block Limits and Logical
+/// Block Provisioning pages, READ CAPACITY(16), REPORT LUNS. The first 13 bytes also build the LBA CDBs and
 /// an UNMAP parameter list, whose fields must read back.
 pub fn scsi_parsers(data: &[u8]) -> Result<(), String> {
     for sense in [Sense::parse(data), Sense::from_response_data(data)].into_iter().flatten() {
@@ -200,6 +200,11 @@ pub fn scsi_parsers(data: &[u8]) -> Result<(), String> {
     }
     if let Ok(pages) = scsi::parse_supported_vpd(data) {
         assert!(pages.len() + 4 <= data.len());
+    }
+    if let Ok(Some(serial)) = scsi::parse_unit_serial(data) {
+        assert!(!serial.is_empty() && serial.len() + 4 <= data.len());
+        assert!(serial.bytes().all(|c| c.is_ascii_graphic() || c == b' '));
+        assert_eq!(serial.trim(), serial, "no padding is kept");
     }
     let _ = scsi::parse_block_limits(data);
     if let Ok(p) = scsi::parse_provisioning(data) {

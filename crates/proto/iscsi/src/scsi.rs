@@ -295,6 +295,28 @@ pub fn parse_supported_vpd(b: &[u8]) -> Result<Vec<u8>, ScsiError> {
     Ok(vpd_payload(0x00, b)?.to_vec())
 }
 
+/// Parses the Unit Serial Number VPD page (0x80, SPC-4 section 7.8.17):
+/// the LUN's serial as text, without the padding spaces and NULs. `None`
+/// when the target reports an empty serial (nothing to identify it by).
+///
+/// # Errors
+/// Short or mismatched page, or a serial that is not printable ASCII.
+pub fn parse_unit_serial(b: &[u8]) -> Result<Option<String>, ScsiError> {
+    let p = vpd_payload(0x80, b)?;
+    let pad = |c: &u8| *c == 0 || c.is_ascii_whitespace();
+    let text = match (p.iter().position(|c| !pad(c)), p.iter().rposition(|c| !pad(c))) {
+        (Some(first), Some(last)) => &p[first..=last],
+        _ => &[],
+    };
+    if let Some(bad) = text.iter().find(|c| !(c.is_ascii_graphic() || **c == b' ')) {
+        return Err(ScsiError::Invalid {
+            what: "Unit Serial Number VPD",
+            message: format!("byte {bad:#04x} is not printable ASCII"),
+        });
+    }
+    Ok((!text.is_empty()).then(|| String::from_utf8_lossy(text).into_owned()))
+}
+
 /// The Block Limits VPD page (0xb0, SBC-3 section 6.6.4), in blocks; 0 means "not reported".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BlockLimits {
@@ -654,5 +676,21 @@ mod tests {
         let p = parse_provisioning(&[0, 0xb2, 0, 4, 0, 0xe4, 2, 0]).unwrap();
         assert!(p.unmap && p.write_same16_unmap && p.reads_zero);
         assert_eq!(p.provisioning_type, 2);
+    }
+
+    #[test]
+    fn unit_serial() {
+        let page = |serial: &[u8]| {
+            let mut b = vec![0, 0x80, 0, serial.len() as u8];
+            b.extend_from_slice(serial);
+            b
+        };
+        assert_eq!(parse_unit_serial(&page(b"  beaf11\0\0")).unwrap().as_deref(), Some("beaf11"));
+        assert_eq!(parse_unit_serial(&page(b"SN 42 x")).unwrap().as_deref(), Some("SN 42 x"));
+        assert_eq!(parse_unit_serial(&page(b"   \0")).unwrap(), None);
+        assert_eq!(parse_unit_serial(&page(b"")).unwrap(), None);
+        assert!(parse_unit_serial(&page(b"ab\x01cd")).is_err());
+        assert!(parse_unit_serial(&[0, 0xb0, 0, 0]).is_err(), "another page");
+        assert!(parse_unit_serial(&[0, 0x80]).is_err(), "short");
     }
 }

@@ -72,6 +72,16 @@ proptest! {
     }
 
     #[test]
+    fn unit_serial_reads_back_without_its_padding(serial in "[!-~]([ -~]{0,30}[!-~])?", lead in 0usize..4, tail in 0usize..4) {
+        let mut body = vec![b' '; lead];
+        body.extend_from_slice(serial.as_bytes());
+        body.extend(std::iter::repeat_n(0u8, tail));
+        let mut page = vec![0, 0x80, 0, body.len() as u8];
+        page.extend_from_slice(&body);
+        prop_assert_eq!(scsi::parse_unit_serial(&page).unwrap(), Some(serial));
+    }
+
+    #[test]
     fn scsi_parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
         let _ = scsi::Sense::parse(&bytes);
         let _ = scsi::Sense::from_response_data(&bytes);
@@ -80,6 +90,7 @@ proptest! {
         let _ = scsi::parse_block_limits(&bytes);
         let _ = scsi::parse_provisioning(&bytes);
         let _ = scsi::parse_supported_vpd(&bytes);
+        let _ = scsi::parse_unit_serial(&bytes);
     }
 
     /// Arbitrary (framed) PDUs into the login state machine.

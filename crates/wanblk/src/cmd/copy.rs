@@ -11,7 +11,8 @@ use tokio::sync::watch;
 use wanblk_blockdev::pool::Hedge;
 use wanblk_copy::progress::{Display, Phase, PhaseCell, Reporter};
 use wanblk_copy::{
-    Control, CopyError, CopyOptions, CopyOutcome, Journal, Progress, RateLimit, Report, StoreReport,
+    Control, CopyError, CopyOptions, CopyOutcome, Journal, Progress, RateLimit, Report, StoreIdentity,
+    StoreReport,
 };
 use wanblk_remote::{Remote, RemoteSummary};
 
@@ -452,8 +453,8 @@ async fn open_journaled(
     }
     let (dst, plan, identity) = if let (true, Location::File(p)) = (location::is_new_file(dst_loc), dst_loc) {
         // Decide before creating the .wanblk-part file: a resume reopens it.
-        let id =
-            resume::identity(&*src.endpoint, size, p.display().to_string(), size).await.context("source")?;
+        let new_file = StoreIdentity { name: p.display().to_string(), size, serial: None };
+        let id = resume::identity(&*src.endpoint, size, new_file).await.context("source")?;
         let mut plan = resume::plan(jpath, mode, &id)?;
         let dst = match &plan {
             resume::Plan::Resume(path, _) => match location::reopen_part(p, size).context("destination")? {
@@ -473,8 +474,9 @@ async fn open_journaled(
         (dst, plan, id)
     } else {
         let dst = open_destination(dst_loc, size, remote).await.context("destination")?;
-        let (name, dsize) = (dst.endpoint.name().to_string(), dst.endpoint.size());
-        let id = resume::identity(&*src.endpoint, size, name, dsize).await.context("source")?;
+        let d = &dst.endpoint;
+        let store = StoreIdentity { name: d.name().to_string(), size: d.size(), serial: d.serial() };
+        let id = resume::identity(&*src.endpoint, size, store).await.context("source")?;
         (dst, resume::plan(jpath, mode, &id)?, id)
     };
     let journal = match plan {
