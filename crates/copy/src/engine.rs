@@ -375,21 +375,32 @@ async fn finish_checkpoint(
 async fn settle(tasks: &mut JoinSet<PieceResult>, books: &mut Books, settle: Duration) {
     let deadline = Instant::now() + settle;
     while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-        if let Ok((piece, r)) = joined {
-            if piece.kind == PieceKind::Data
-                || (piece.kind == PieceKind::Done && books.frontier.hasher.is_some())
-            {
-                books.in_flight_bytes -= piece.len;
-            }
-            if let Ok(done) = r {
-                books.finish(piece, done);
-            }
+        settled(books, joined);
+    }
+    if tasks.is_empty() {
+        return;
+    }
+    tracing::warn!("abandoning {} requests still in flight after {settle:?}", tasks.len());
+    tasks.abort_all();
+    // Reap the aborted tasks here (at once: they end at their next await),
+    // so the caller's loop never joins one and takes its cancellation for a
+    // failed copy. One that finished before the abort is still booked.
+    while let Some(joined) = tasks.join_next().await {
+        settled(books, joined);
+    }
+}
+
+/// Books a piece that ended while settling; a cancelled task is dropped.
+fn settled(books: &mut Books, joined: Result<PieceResult, tokio::task::JoinError>) {
+    if let Ok((piece, r)) = joined {
+        if piece.kind == PieceKind::Data || (piece.kind == PieceKind::Done && books.frontier.hasher.is_some())
+        {
+            books.in_flight_bytes -= piece.len;
+        }
+        if let Ok(done) = r {
+            books.finish(piece, done);
         }
     }
-    if !tasks.is_empty() {
-        tracing::warn!("abandoning {} requests still in flight after {settle:?}", tasks.len());
-    }
-    tasks.abort_all();
 }
 
 /// The last checkpoint: flush what completed, journal it. After an error
@@ -732,6 +743,71 @@ mod tests {
         async fn flush(&self) -> wanblk_blockdev::Result<()> {
             Ok(())
         }
+    }
+
+    /// A destination whose writes at or past `from` never finish.
+    struct Stalling {
+        inner: MemoryEndpoint,
+        from: u64,
+    }
+
+    #[async_trait::async_trait]
+    impl Endpoint for Stalling {
+        fn name(&self) -> &str {
+            "stalling"
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
+            self.inner.capabilities()
+        }
+        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<Bytes> {
+            self.inner.read(offset, len).await
+        }
+        async fn write(&self, offset: u64, data: Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
+            if offset >= self.from {
+                std::future::pending::<()>().await;
+            }
+            self.inner.write(offset, data, fua).await
+        }
+        async fn write_zeroes(&self, offset: u64, len: u64, t: bool) -> wanblk_blockdev::Result<()> {
+            self.inner.write_zeroes(offset, len, t).await
+        }
+        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
+            self.inner.trim(offset, len).await
+        }
+        async fn flush(&self) -> wanblk_blockdev::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A time-boxed copy whose requests in flight outlast the settle time
+    /// (as with many sessions on a long path) stops cleanly: the abandoned
+    /// requests are not a failed copy.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_that_abandons_requests_in_flight_is_not_a_failure() {
+        let src = source();
+        let expect = fill(&src).await;
+        let dst =
+            Arc::new(Stalling { inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero), from: 8 << 20 });
+        let opts = CopyOptions {
+            max_request_bytes: 1 << 20,
+            sparse: false,
+            stop_at: Some(Instant::now() + Duration::from_millis(300)),
+            settle: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            copy(src, dst.clone(), opts, Arc::default(), || 4, Control::default()),
+        )
+        .await
+        .expect("the stop ends the copy")
+        .unwrap_or_else(|e| panic!("a stop is not a failure: {e}"));
+        assert!(!out.complete && out.bytes == 8 << 20, "{out:?}");
+        let done = dst.inner.read(0, 8 << 20).await.unwrap();
+        assert!(done == expect.slice(..8 << 20), "what is reported copied is in place");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
