@@ -707,16 +707,24 @@ mod tests {
         assert_eq!((v.checked_bytes, v.first_bad_offset), (40 << 20, None));
     }
 
-    /// A destination that changes one byte of every write at `bad`.
-    struct Corrupting {
+    /// What a misbehaving test destination does to writes.
+    enum Fault {
+        /// Changes one byte of every write that covers this offset.
+        Corrupt(u64),
+        /// Writes at or past this offset never finish.
+        StallFrom(u64),
+    }
+
+    /// A memory destination with a [`Fault`].
+    struct Faulty {
         inner: MemoryEndpoint,
-        bad: u64,
+        fault: Fault,
     }
 
     #[async_trait::async_trait]
-    impl Endpoint for Corrupting {
+    impl Endpoint for Faulty {
         fn name(&self) -> &str {
-            "corrupting"
+            "faulty"
         }
         fn size(&self) -> u64 {
             self.inner.size()
@@ -728,48 +736,15 @@ mod tests {
             self.inner.read(offset, len).await
         }
         async fn write(&self, offset: u64, data: Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
-            let mut v = data.to_vec();
-            if (offset..offset + v.len() as u64).contains(&self.bad) {
-                v[(self.bad - offset) as usize] ^= 0x20;
+            match self.fault {
+                Fault::Corrupt(bad) if (offset..offset + data.len() as u64).contains(&bad) => {
+                    let mut v = data.to_vec();
+                    v[(bad - offset) as usize] ^= 0x20;
+                    self.inner.write(offset, Bytes::from(v), fua).await
+                }
+                Fault::StallFrom(from) if offset >= from => std::future::pending().await,
+                _ => self.inner.write(offset, data, fua).await,
             }
-            self.inner.write(offset, Bytes::from(v), fua).await
-        }
-        async fn write_zeroes(&self, offset: u64, len: u64, t: bool) -> wanblk_blockdev::Result<()> {
-            self.inner.write_zeroes(offset, len, t).await
-        }
-        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
-            self.inner.trim(offset, len).await
-        }
-        async fn flush(&self) -> wanblk_blockdev::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// A destination whose writes at or past `from` never finish.
-    struct Stalling {
-        inner: MemoryEndpoint,
-        from: u64,
-    }
-
-    #[async_trait::async_trait]
-    impl Endpoint for Stalling {
-        fn name(&self) -> &str {
-            "stalling"
-        }
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
-            self.inner.capabilities()
-        }
-        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<Bytes> {
-            self.inner.read(offset, len).await
-        }
-        async fn write(&self, offset: u64, data: Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
-            if offset >= self.from {
-                std::future::pending::<()>().await;
-            }
-            self.inner.write(offset, data, fua).await
         }
         async fn write_zeroes(&self, offset: u64, len: u64, t: bool) -> wanblk_blockdev::Result<()> {
             self.inner.write_zeroes(offset, len, t).await
@@ -789,8 +764,10 @@ mod tests {
     async fn a_stop_that_abandons_requests_in_flight_is_not_a_failure() {
         let src = source();
         let expect = fill(&src).await;
-        let dst =
-            Arc::new(Stalling { inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero), from: 8 << 20 });
+        let dst = Arc::new(Faulty {
+            inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
+            fault: Fault::StallFrom(8 << 20),
+        });
         let opts = CopyOptions {
             max_request_bytes: 1 << 20,
             sparse: false,
@@ -815,7 +792,10 @@ mod tests {
         let src = source();
         fill(&src).await;
         let bad = (6 << 20) + 12345;
-        let dst = Arc::new(Corrupting { inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero), bad });
+        let dst = Arc::new(Faulty {
+            inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
+            fault: Fault::Corrupt(bad),
+        });
         let opts = CopyOptions { max_request_bytes: 1 << 20, verify: true, ..Default::default() };
         let out = copy(src, dst, opts, Arc::default(), || 4, Control::default()).await.unwrap();
         assert_eq!(out.verify.unwrap().first_bad_offset, Some(bad));
