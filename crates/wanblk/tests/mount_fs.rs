@@ -200,11 +200,11 @@ impl Setup {
 fn wait_released(dev: &str) {
     let name = dev.trim_start_matches("/dev/");
     let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while backing.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!backing.exists(), "{dev} still holds its backing file 60 s after losetup -d");
+    wait_until(
+        &format!("{dev} lets go of its backing file after losetup -d"),
+        Duration::from_secs(60),
+        || !backing.exists(),
+    );
 }
 
 fn is_mounted(p: &Path) -> bool {
