@@ -315,6 +315,12 @@ struct Books {
 }
 
 impl Books {
+    /// Whether `p` holds memory while in flight (data read and not yet
+    /// written; with a checksum, also the done pieces read to hash them).
+    fn holds_memory(&self, p: &Piece) -> bool {
+        p.kind == PieceKind::Data || (p.kind == PieceKind::Done && self.frontier.hasher.is_some())
+    }
+
     fn finish(&mut self, piece: Piece, done: Finished) {
         if let Some(c) = done.check {
             self.checks.insert(piece.offset, (piece.len, c));
@@ -393,8 +399,7 @@ async fn settle(tasks: &mut JoinSet<PieceResult>, books: &mut Books, settle: Dur
 /// Books a piece that ended while settling; a cancelled task is dropped.
 fn settled(books: &mut Books, joined: Result<PieceResult, tokio::task::JoinError>) {
     if let Ok((piece, r)) = joined {
-        if piece.kind == PieceKind::Data || (piece.kind == PieceKind::Done && books.frontier.hasher.is_some())
-        {
+        if books.holds_memory(&piece) {
             books.in_flight_bytes -= piece.len;
         }
         if let Ok(done) = r {
@@ -512,7 +517,6 @@ pub async fn copy(
     let mut planned_end = 0u64;
     let mut exhausted = false;
     let mut interrupted = false;
-    let counts = |p: &Piece| p.kind == PieceKind::Data || (p.kind == PieceKind::Done && opts.checksum);
     loop {
         if opts.stop_at.is_some_and(|t| Instant::now() >= t) || stop.as_ref().is_some_and(|s| *s.borrow()) {
             if !exhausted {
@@ -533,7 +537,7 @@ pub async fn copy(
         {
             match planner.next(&*src).await {
                 Ok(Some(p)) => {
-                    if counts(&p) {
+                    if books.holds_memory(&p) {
                         books.in_flight_bytes += p.len;
                         books.max_in_flight_bytes = books.max_in_flight_bytes.max(books.in_flight_bytes);
                     }
@@ -606,7 +610,7 @@ pub async fn copy(
                 return Err(fail(err, &books, &progress));
             }
         };
-        if counts(&piece) {
+        if books.holds_memory(&piece) {
             books.in_flight_bytes -= piece.len;
         }
         match result {
