@@ -11,6 +11,7 @@ use wanblk_blockdev::pool::{Pool, PoolSnapshot};
 use wanblk_tune::share::{Governor, PathObservation, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
+use crate::host::HostLink;
 use crate::monitor;
 
 /// The controller's view of one pool: its limits and open sessions.
@@ -92,15 +93,19 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
 
 /// Runs `ctl` on `pools` until `stop` turns true, then records the partial
 /// last interval and returns it. After every interval `governor` sees the
-/// path and may set a ceiling on N. `sessions` follows the active N.
+/// path and may set a ceiling on N, and `host` (the copies of this host on
+/// the same path) may set another; the lower one holds. `sessions`
+/// follows the active N.
 pub(crate) async fn run(
     mut ctl: Controller,
     mut governor: Governor,
+    host: Option<HostLink>,
     pools: Vec<Arc<Pool>>,
     completed: impl Fn() -> u64,
     sessions: Arc<AtomicUsize>,
     mut stop: watch::Receiver<bool>,
-) -> (Controller, Governor) {
+) -> (Controller, Governor, usize) {
+    let mut applied: Option<usize> = None;
     loop {
         let wake = tokio::time::Instant::from_std(ctl.poll_timeout());
         tokio::select! {
@@ -112,10 +117,22 @@ pub(crate) async fn run(
         let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed()));
         if ctl.samples().len() > measured
             && let Some(o) = observation(&ctl, &pools)
-            && let Some(ceiling) = governor.observe(&o)
         {
-            tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
-            decision = ctl.set_ceiling(ceiling).or(decision);
+            if let Some(ceiling) = governor.observe(&o) {
+                tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
+            }
+            let mut ceiling = governor.ceiling();
+            if let Some(h) = &host {
+                let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
+                h.report(o.n, o.goodput_bytes_per_s.max(0.0) as u64, settled);
+                if let Some(c) = h.grant().ceiling {
+                    ceiling = Some(ceiling.map_or(c, |g| g.min(c)));
+                }
+            }
+            if ceiling != applied {
+                applied = ceiling;
+                decision = ctl.set_ceiling(ceiling).or(decision);
+            }
         }
         if let Some(d) = decision {
             apply(&pools, d);
@@ -126,5 +143,6 @@ pub(crate) async fn run(
         }
     }
     ctl.finish(Instant::now(), &counters(&pools, completed()));
-    (ctl, governor)
+    let copies = host.as_ref().map_or(1, HostLink::peak_copies);
+    (ctl, governor, copies)
 }

@@ -18,6 +18,7 @@
 mod connect;
 mod drive;
 mod error;
+mod host;
 mod monitor;
 mod options;
 mod tcplog;
@@ -35,8 +36,9 @@ use wanblk_tune::{Controller, DemandSample, IntervalSample, ProgressPoint, Timin
 
 pub use connect::{Scheme, connector, is_remote};
 pub use error::RemoteError;
+pub use host::{path_key, runtime_dir};
 pub use monitor::MONITOR_PERIOD;
-pub use options::{RemoteOptions, Sessions, TCP_LOG_PERIOD, Tuning};
+pub use options::{RemoteOptions, Sessions, ShareScope, TCP_LOG_PERIOD, Tuning};
 pub use tcplog::HEADER as TCP_LOG_HEADER;
 pub use wanblk_iscsi::Mode as IscsiMode;
 /// A CHAP secret (never shown).
@@ -59,7 +61,7 @@ pub struct Remote {
 /// The tasks of a started [`Remote`].
 struct Running {
     stop: watch::Sender<bool>,
-    controller: JoinHandle<(Controller, Governor)>,
+    controller: JoinHandle<(Controller, Governor, usize)>,
     tcp_log: Option<JoinHandle<std::io::Result<()>>>,
     monitor: JoinHandle<SessionMeter>,
 }
@@ -68,6 +70,8 @@ struct Running {
 struct Stopped {
     controller: Option<Controller>,
     governor: Option<Governor>,
+    /// The most copies of this host seen on the path at once.
+    host_copies: usize,
     meter: SessionMeter,
     notes: Vec<String>,
 }
@@ -259,9 +263,11 @@ impl Remote {
             stop.subscribe(),
         ));
         let governor = Governor::new(GovernorConfig::new(self.options.share));
+        let host = self.host_link();
         let controller = tokio::spawn(drive::run(
             ctl,
             governor,
+            host,
             self.pools.clone(),
             completed,
             Arc::clone(&self.sessions),
@@ -271,17 +277,27 @@ impl Remote {
         Ok(())
     }
 
+    /// The link to the host's coordinator: with a tuned N, network stores
+    /// and `--share-scope host` (the copies of this host on the same path
+    /// share one budget). The path key is the first store's server.
+    fn host_link(&self) -> Option<host::HostLink> {
+        let tuned = matches!(self.options.sessions, Sessions::Auto { .. });
+        let first = self.pools.first()?;
+        (tuned && self.options.share_scope == ShareScope::Host)
+            .then(|| host::HostLink::start(runtime_dir(), path_key(first.name())))
+    }
+
     /// Stops the controller (recording the last, partial interval) and the
     /// TCP log; the pools stay open. Does nothing if not running.
     pub async fn stop(&mut self) {
         let Some(run) = self.running.take() else { return };
         let _ = run.stop.send(true);
         let mut notes = Vec::new();
-        let (controller, governor) = match run.controller.await {
-            Ok((c, g)) => (Some(c), Some(g)),
+        let (controller, governor, host_copies) = match run.controller.await {
+            Ok((c, g, k)) => (Some(c), Some(g), k),
             Err(e) => {
                 notes.push(format!("controller failed: {e}"));
-                (None, None)
+                (None, None, 1)
             }
         };
         if let Some(t) = run.tcp_log {
@@ -296,7 +312,7 @@ impl Remote {
             notes.push(format!("session monitor failed: {e}"));
             SessionMeter::new()
         });
-        self.stopped = Some(Stopped { controller, governor, meter, notes });
+        self.stopped = Some(Stopped { controller, governor, host_copies, meter, notes });
     }
 
     /// Stops (if still running), closes every session cleanly (NBD_CMD_DISC,
@@ -309,10 +325,11 @@ impl Remote {
                 tracing::debug!("closing {}: {e}", p.name());
             }
         }
-        let Stopped { controller, governor, meter, notes: mut task_notes } =
+        let Stopped { controller, governor, host_copies, meter, notes: mut task_notes } =
             self.stopped.take().unwrap_or(Stopped {
                 controller: None,
                 governor: None,
+                host_copies: 1,
                 meter: SessionMeter::new(),
                 notes: Vec::new(),
             });
@@ -339,7 +356,7 @@ impl Remote {
         let samples = controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default();
         let fairness: Vec<f64> = samples.iter().filter(|s| !s.discarded).filter_map(|s| s.fairness).collect();
         let ceilings = governor.map(|g| g.changes().to_vec()).unwrap_or_default();
-        let share = meter.report(self.options.share.as_str(), &fairness, ceilings, 1);
+        let share = meter.report(self.options.share.as_str(), &fairness, ceilings, host_copies);
         RemoteSummary {
             sessions: controller.as_ref().map_or(1, |c| c.decision().active),
             samples,

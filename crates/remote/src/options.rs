@@ -117,6 +117,32 @@ pub struct RemoteOptions {
     pub sessions_view: bool,
     /// How the sessions share the path with other traffic.
     pub share: ShareMode,
+    /// Whether the copies of this host on the same path share one session
+    /// budget (the host's coordinator).
+    pub share_scope: ShareScope,
+}
+
+/// Which copies share one session budget (`--share-scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShareScope {
+    /// The copies of this host that use the same path (its server) split
+    /// the N one copy needs, through a coordinator on a Unix socket.
+    #[default]
+    Host,
+    /// Each copy tunes on its own.
+    None,
+}
+
+impl std::str::FromStr for ShareScope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "host" => Ok(ShareScope::Host),
+            "none" => Ok(ShareScope::None),
+            _ => Err(format!("expected host or none, got {s:?}")),
+        }
+    }
 }
 
 impl Default for RemoteOptions {
@@ -144,6 +170,7 @@ impl Default for RemoteOptions {
             rate_cap_bytes_per_s: None,
             sessions_view: false,
             share: ShareMode::default(),
+            share_scope: ShareScope::default(),
         }
     }
 }

@@ -15,11 +15,16 @@
 //!   many of our sessions the path needs to be full, and keeps the tuner at
 //!   or below that ([`ShareMode`]), so more sessions are not added once
 //!   the path is full and extra goodput could only come from other flows.
+//! - [`host`]: several copies on one host: the coordinator's protocol
+//!   (one ASCII line per message) and [`HostBudget`], which splits the N
+//!   one copy needs between the copies sharing a path.
 
 pub mod governor;
+pub mod host;
 mod meter;
 
 pub use governor::{CeilingChange, Governor, GovernorConfig, PathObservation, ShareMode};
+pub use host::{Grant, HostBudget};
 pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareReport, median, render_table};
 
 /// Jain's fairness index of `xs`: (sum x)^2 / (n x sum x^2); 1 = equal

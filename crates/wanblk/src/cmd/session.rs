@@ -292,6 +292,17 @@ pub(crate) struct SessionArgs {
     #[arg(long, value_name = "MODE", default_value = "fair", value_parser = parse_share)]
     pub(crate) share: ShareMode,
 
+    /// Which copies share one session budget with `--connections auto`.
+    /// `host` (the default): copies running on this machine against the
+    /// same server split the number of sessions one copy would use, so two
+    /// copies at once use about as many sessions as one and do not push
+    /// each other up; they find each other through a small coordinator on
+    /// a Unix socket in $XDG_RUNTIME_DIR/wanblk (else /run/wanblk), run by
+    /// one of them and taken over by another when it ends. A copy that
+    /// cannot reach it goes on alone. `none`: each copy tunes on its own.
+    #[arg(long, value_name = "SCOPE", default_value = "host")]
+    pub(crate) share_scope: wanblk_remote::ShareScope,
+
     /// Print a table of the sessions every second on stderr instead of
     /// the progress bar: each session's goodput, congestion window, RTT,
     /// retransmits and share of the bytes, and Jain's fairness index of
@@ -381,6 +392,7 @@ impl SessionArgs {
             rate_cap_bytes_per_s: None,
             sessions_view: self.sessions_view,
             share: self.share,
+            share_scope: self.share_scope,
         }
     }
 }

@@ -1,0 +1,427 @@
+//! Several copies on one host: one session budget per path.
+//!
+//! Two copies started on the same machine towards the same server each
+//! tune N as if alone, and each reads the share it takes from the other
+//! as "more N, more goodput", so together they open far more sessions
+//! than the path needs. The copies of one host therefore register with a
+//! coordinator (one of them, over a Unix socket; the socket layer lives in
+//! `wanblk-remote`) and it splits one budget between them.
+//!
+//! The rule ([`HostBudget`]):
+//! - The budget of a path is the N one copy tuned to while it was the
+//!   only copy on that path (the tuner had converged).
+//! - Alone, a copy gets no ceiling (it tunes, and sets the budget).
+//! - With k copies and a known budget B, the copies (in the order they
+//!   joined) get ceilings B/k, the first B mod k of them one more, at
+//!   least 1 each: together about the N of one copy.
+//! - With k copies started together (no budget yet), the first copy (the
+//!   leader) tunes without a ceiling while the others are held at one
+//!   session; the leader's converged N becomes the budget, and it is split.
+//! - When the last copy on a path leaves, its budget is forgotten (the
+//!   next copy tunes again).
+//!
+//! The wire protocol ([`Message`], [`Decoder`]) is one line of ASCII per
+//! message, at most [`MAX_LINE`] bytes:
+//! - copy to coordinator: `hello 1 KEY` (protocol version 1, the path key)
+//!   then `report N GOODPUT SETTLED` after every interval (active
+//!   sessions, bytes per second, 1 if the tuner has converged);
+//! - coordinator to copy: `grant CEILING COPIES` (`-`: no ceiling).
+//!
+//! Sans-I/O: bytes in, messages out; the decoder never panics on what a
+//! peer sends and bounds every line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+
+/// The longest line accepted, newline included.
+pub const MAX_LINE: usize = 512;
+
+/// The longest path key.
+pub const MAX_KEY: usize = 256;
+
+/// One message of the host protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A copy registers for `key` (the path: the server's host and port).
+    Hello {
+        /// Protocol version of the sender.
+        version: u32,
+        /// The path key: printable ASCII without spaces.
+        key: String,
+    },
+    /// A copy's state after an interval.
+    Report {
+        /// Active sessions.
+        n: usize,
+        /// Goodput, bytes per second.
+        goodput: u64,
+        /// The tuner has converged (N is what this copy tunes to).
+        settled: bool,
+    },
+    /// The coordinator's answer: the copy's ceiling on N and how many
+    /// copies share the path now.
+    Grant {
+        /// Ceiling on N (`None`: none).
+        ceiling: Option<usize>,
+        /// Copies on this path, this one included.
+        copies: usize,
+    },
+}
+
+/// What is wrong with a line a peer sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// No newline within [`MAX_LINE`] bytes.
+    #[error("line longer than {MAX_LINE} bytes")]
+    Overlong,
+    /// Not ASCII text.
+    #[error("line is not ASCII text")]
+    NotText,
+    /// An unknown message name.
+    #[error("unknown message {0:?}")]
+    Unknown(String),
+    /// A known message with missing, extra or malformed fields.
+    #[error("malformed {0} message")]
+    Malformed(&'static str),
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl Message {
+    /// A `Hello` for `key`, its spaces and control characters replaced
+    /// and cut to [`MAX_KEY`] bytes so it always encodes.
+    pub fn hello(key: &str) -> Message {
+        let mut k: String =
+            key.chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).take(MAX_KEY).collect();
+        if k.is_empty() {
+            k.push('_');
+        }
+        Message::Hello { version: VERSION, key: k }
+    }
+
+    /// The message as one line, newline included.
+    pub fn encode(&self) -> Vec<u8> {
+        format!("{self}\n").into_bytes()
+    }
+
+    fn parse(line: &str) -> Result<Message, DecodeError> {
+        let mut words = line.split(' ');
+        let name = words.next().unwrap_or("");
+        let fields: Vec<&str> = words.collect();
+        let num = |s: &str| -> Option<u64> {
+            (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse().ok())?
+        };
+        let small = |s: &str| num(s).and_then(|v| usize::try_from(v).ok()).filter(|v| *v <= 1 << 20);
+        match (name, fields.as_slice()) {
+            ("hello", [v, key]) => {
+                let version =
+                    num(v).and_then(|v| u32::try_from(v).ok()).ok_or(DecodeError::Malformed("hello"))?;
+                if !valid_key(key) {
+                    return Err(DecodeError::Malformed("hello"));
+                }
+                Ok(Message::Hello { version, key: (*key).to_string() })
+            }
+            ("report", [n, g, s]) => {
+                let settled = match *s {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(DecodeError::Malformed("report")),
+                };
+                match (small(n), num(g)) {
+                    (Some(n), Some(goodput)) => Ok(Message::Report { n, goodput, settled }),
+                    _ => Err(DecodeError::Malformed("report")),
+                }
+            }
+            ("grant", [c, k]) => {
+                let ceiling = match *c {
+                    "-" => None,
+                    c => Some(small(c).ok_or(DecodeError::Malformed("grant"))?),
+                };
+                let copies = small(k).ok_or(DecodeError::Malformed("grant"))?;
+                Ok(Message::Grant { ceiling, copies })
+            }
+            ("hello" | "report" | "grant", _) => Err(DecodeError::Malformed(match name {
+                "hello" => "hello",
+                "report" => "report",
+                _ => "grant",
+            })),
+            _ => Err(DecodeError::Unknown(name.chars().take(32).collect())),
+        }
+    }
+}
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Message::Hello { version, key } => write!(f, "hello {version} {key}"),
+            Message::Report { n, goodput, settled } => {
+                write!(f, "report {n} {goodput} {}", u8::from(*settled))
+            }
+            Message::Grant { ceiling: Some(c), copies } => write!(f, "grant {c} {copies}"),
+            Message::Grant { ceiling: None, copies } => write!(f, "grant - {copies}"),
+        }
+    }
+}
+
+/// Cuts a byte stream into messages. Feed it what the socket read
+/// ([`feed`](Self::feed)), then take messages ([`next`](Self::next)) until
+/// `None`. After an error the connection should be closed.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+}
+
+impl Decoder {
+    /// An empty decoder.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Appends bytes read from the peer.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete message, an error for a bad line (that line is
+    /// consumed), or `None` until more bytes arrive.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Result<Message, DecodeError>> {
+        let Some(end) = self.buf.iter().position(|b| *b == b'\n') else {
+            if self.buf.len() >= MAX_LINE {
+                self.buf.clear();
+                return Some(Err(DecodeError::Overlong));
+            }
+            return None;
+        };
+        let line: Vec<u8> = self.buf.drain(..=end).collect();
+        if end + 1 > MAX_LINE {
+            return Some(Err(DecodeError::Overlong));
+        }
+        let line = &line[..end];
+        if !line.is_ascii() {
+            return Some(Err(DecodeError::NotText));
+        }
+        let text = String::from_utf8_lossy(line);
+        Some(Message::parse(text.trim_end_matches('\r')))
+    }
+}
+
+/// A copy registered with a [`HostBudget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberId(u64);
+
+#[derive(Debug, Clone)]
+struct Member {
+    key: String,
+    n: usize,
+    goodput: u64,
+}
+
+/// What the coordinator gives one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Ceiling on N (`None`: none).
+    pub ceiling: Option<usize>,
+    /// Copies on the path, this one included.
+    pub copies: usize,
+}
+
+/// The coordinator's state: the copies of one host and the budget of each
+/// path. See the module docs for the rule.
+#[derive(Debug, Default)]
+pub struct HostBudget {
+    next: u64,
+    members: BTreeMap<MemberId, Member>,
+    budgets: BTreeMap<String, usize>,
+}
+
+impl HostBudget {
+    /// No copies yet.
+    pub fn new() -> HostBudget {
+        HostBudget::default()
+    }
+
+    /// Registers a copy on path `key`.
+    pub fn join(&mut self, key: &str) -> MemberId {
+        self.next += 1;
+        let id = MemberId(self.next);
+        self.members.insert(id, Member { key: key.to_string(), n: 0, goodput: 0 });
+        id
+    }
+
+    /// A copy ended (or its connection did); forgets the path's budget
+    /// with its last copy.
+    pub fn leave(&mut self, id: MemberId) {
+        if let Some(m) = self.members.remove(&id)
+            && !self.members.values().any(|o| o.key == m.key)
+        {
+            self.budgets.remove(&m.key);
+        }
+    }
+
+    /// The copies on `key`, in the order they joined.
+    fn peers(&self, key: &str) -> Vec<MemberId> {
+        self.members.iter().filter(|(_, m)| m.key == key).map(|(id, _)| *id).collect()
+    }
+
+    /// Takes a copy's report; returns its grant (unknown ids get none).
+    pub fn report(&mut self, id: MemberId, n: usize, goodput: u64, settled: bool) -> Grant {
+        let Some(m) = self.members.get_mut(&id) else { return Grant { ceiling: None, copies: 1 } };
+        m.n = n;
+        m.goodput = goodput;
+        let key = m.key.clone();
+        let peers = self.peers(&key);
+        // Alone, or the leader of copies started together: its converged N
+        // is what one copy needs.
+        let sets_budget =
+            peers.len() == 1 || (peers.first() == Some(&id) && !self.budgets.contains_key(&key));
+        if settled && n > 0 && sets_budget {
+            self.budgets.insert(key, n);
+        }
+        self.grant(id)
+    }
+
+    /// The grant of copy `id` now.
+    pub fn grant(&self, id: MemberId) -> Grant {
+        let Some(m) = self.members.get(&id) else { return Grant { ceiling: None, copies: 1 } };
+        let peers = self.peers(&m.key);
+        let k = peers.len().max(1);
+        let i = peers.iter().position(|p| *p == id).unwrap_or(0);
+        let ceiling = if k == 1 {
+            None
+        } else {
+            match self.budgets.get(&m.key) {
+                Some(&b) => Some((b / k + usize::from(i < b % k)).max(1)),
+                None if i == 0 => None,
+                None => Some(1),
+            }
+        };
+        Grant { ceiling, copies: k }
+    }
+
+    /// The copies on every path now, with their last N and goodput (for
+    /// the log).
+    pub fn members(&self) -> impl Iterator<Item = (MemberId, &str, usize, u64)> {
+        self.members.iter().map(|(id, m)| (*id, m.key.as_str(), m.n, m.goodput))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decode_all(bytes: &[u8]) -> Vec<Result<Message, DecodeError>> {
+        let mut d = Decoder::new();
+        d.feed(bytes);
+        std::iter::from_fn(|| d.next()).collect()
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        for m in [
+            Message::hello("nbd 10.0.0.2:10809"),
+            Message::Report { n: 9, goodput: 123_456_789, settled: true },
+            Message::Grant { ceiling: Some(4), copies: 2 },
+            Message::Grant { ceiling: None, copies: 1 },
+        ] {
+            assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())], "{m}");
+        }
+        assert_eq!(Message::hello("a b"), Message::Hello { version: 1, key: "a_b".into() });
+    }
+
+    #[test]
+    fn bad_lines_are_errors_not_panics() {
+        assert_eq!(decode_all(b"nope 1\n"), vec![Err(DecodeError::Unknown("nope".into()))]);
+        assert_eq!(decode_all(b"report 1 2\n"), vec![Err(DecodeError::Malformed("report"))]);
+        assert_eq!(decode_all(b"report 1 2 7\n"), vec![Err(DecodeError::Malformed("report"))]);
+        assert_eq!(decode_all(b"grant -1 2\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(
+            decode_all(b"report 99999999999999999999999 2 1\n"),
+            vec![Err(DecodeError::Malformed("report"))]
+        );
+        assert_eq!(decode_all(&[b'x'; MAX_LINE]), vec![Err(DecodeError::Overlong)]);
+        assert_eq!(decode_all(b"hello 1 \xff\n"), vec![Err(DecodeError::NotText)]);
+        assert_eq!(decode_all(b"report 1 2"), vec![], "incomplete: wait for more");
+    }
+
+    #[test]
+    fn alone_a_copy_tunes_and_sets_the_budget() {
+        let mut h = HostBudget::new();
+        let a = h.join("p");
+        assert_eq!(h.report(a, 4, 0, false), Grant { ceiling: None, copies: 1 });
+        assert_eq!(h.report(a, 9, 0, true), Grant { ceiling: None, copies: 1 });
+        let b = h.join("p");
+        assert_eq!(h.grant(a), Grant { ceiling: Some(5), copies: 2 });
+        assert_eq!(h.report(b, 4, 0, false), Grant { ceiling: Some(4), copies: 2 });
+        // Held at their ceilings the copies do not move the budget.
+        assert_eq!(h.report(a, 5, 0, true), Grant { ceiling: Some(5), copies: 2 });
+        assert_eq!(h.report(b, 4, 0, true), Grant { ceiling: Some(4), copies: 2 });
+        let other = h.join("q");
+        assert_eq!(h.grant(other), Grant { ceiling: None, copies: 1 }, "another path is not shared");
+        h.leave(a);
+        assert_eq!(h.grant(b), Grant { ceiling: None, copies: 1 }, "alone again: tunes again");
+        h.leave(b);
+        let c = h.join("p");
+        let d = h.join("p");
+        assert_eq!(
+            (h.grant(c).ceiling, h.grant(d).ceiling),
+            (None, Some(1)),
+            "budget forgotten with the last copy"
+        );
+    }
+
+    #[test]
+    fn copies_started_together_follow_the_leader() {
+        let mut h = HostBudget::new();
+        let ids: Vec<MemberId> = (0..4).map(|_| h.join("p")).collect();
+        assert_eq!(h.report(ids[0], 4, 0, false).ceiling, None);
+        assert_eq!(h.report(ids[1], 4, 0, false).ceiling, Some(1));
+        assert_eq!(h.report(ids[0], 10, 0, true).ceiling, Some(3));
+        let ceilings: Vec<usize> = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).collect();
+        assert_eq!(ceilings, vec![3, 3, 2, 2]);
+        // A follower's settled N never sets the budget.
+        h.report(ids[3], 2, 0, true);
+        assert_eq!(h.grant(ids[0]).ceiling, Some(3));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..700), 0..8)) {
+            let mut d = Decoder::new();
+            for c in &chunks {
+                d.feed(c);
+                while let Some(r) = d.next() {
+                    if let Ok(m) = r {
+                        // Whatever decodes encodes back to the same message.
+                        prop_assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())]);
+                    }
+                }
+                prop_assert!(d.buf.len() < MAX_LINE);
+            }
+        }
+
+        #[test]
+        fn reports_round_trip(n in 0usize..(1 << 20), goodput: u64, settled: bool, c in proptest::option::of(0usize..1000), k in 0usize..1000) {
+            for m in [Message::Report { n, goodput, settled }, Message::Grant { ceiling: c, copies: k }] {
+                prop_assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())]);
+            }
+        }
+
+        #[test]
+        fn the_split_stays_near_one_budget(budget in 1usize..64, k in 2usize..9) {
+            let mut h = HostBudget::new();
+            let first = h.join("p");
+            h.report(first, budget, 0, true);
+            let ids: Vec<MemberId> = std::iter::once(first).chain((1..k).map(|_| h.join("p"))).collect();
+            let total: usize = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).sum();
+            prop_assert_eq!(total, budget.max(k));
+        }
+    }
+}

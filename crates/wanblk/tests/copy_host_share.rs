@@ -1,0 +1,145 @@
+//! Copies on one host share one session budget (`--share-scope host`):
+//! two `wanblk copy` processes from the same rate-limited nbdkit find each
+//! other through the host's coordinator (each report says
+//! `share.host_copies` = 2), keep their combined N within what one copy
+//! may use, and copy the right bytes; when the copy serving the
+//! coordinator is killed mid-copy, the other finishes alone with the right
+//! bytes.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use wanblk_testkit::{Peer, Running, free_port};
+
+/// Starts `wanblk copy SRC DST` with the host's coordinator in `run_dir`
+/// (its own `XDG_RUNTIME_DIR`, so no other test's copies join), its
+/// report in `report`, its log (info for the remote crate) in `log`.
+fn start(run_dir: &Path, src: &str, dst: &Path, report: &Path, log: &Path, extra: &[&str]) -> Running {
+    Running::start(&mut command(run_dir, src, dst, report, log, extra))
+}
+
+/// The command [`start`] runs.
+fn command(run_dir: &Path, src: &str, dst: &Path, report: &Path, log: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new("sh");
+    // `exec` keeps the PID wanblk's, so the test kills wanblk itself.
+    cmd.args(["-c", "exec \"$0\" \"$@\" 2>\"$LOG\""])
+        .arg(env!("CARGO_BIN_EXE_wanblk"))
+        .args(["copy", "--no-progress", "--log", "wanblk_remote=info,warn", src])
+        .arg(dst)
+        .args(["-C", "auto", "--initial-connections", "6", "--max-connections", "8", "--interval", "100ms"])
+        .args(["--report", report.to_str().unwrap()])
+        .args(extra)
+        .env("XDG_RUNTIME_DIR", run_dir)
+        .env("LOG", log);
+    cmd
+}
+
+/// The log without its colour codes.
+fn read_log(log: &Path) -> String {
+    let raw = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| *c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn logged(log: &Path, what: &str) -> bool {
+    read_log(log).contains(what)
+}
+
+#[test]
+fn two_copies_on_one_host_see_each_other_and_share_one_budget() {
+    let dir = tempdir();
+    let src = dir.path().join("src.img");
+    let src_sha = random_file(&src, 96 << 20, 11).unwrap();
+    let port = free_port();
+    // 240 Mbit/s for both together: each copy lasts several seconds.
+    let (_nbdkit, uri) =
+        peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=240M"]);
+    let run_dir = dir.path().join("run");
+    let p = |name: &str| dir.path().join(name);
+    let a = start(&run_dir, &uri, &p("a.img"), &p("a.json"), &p("a.log"), &[]);
+    let b = start(&run_dir, &uri, &p("b.img"), &p("b.json"), &p("b.log"), &[]);
+    for (copy, name) in [(a, "a"), (b, "b")] {
+        let out = copy.wait(COPY_TIMEOUT);
+        let log = read_log(&p(&format!("{name}.log")));
+        assert!(out.status.success(), "copy {name} failed: {}\n{log}", out.status);
+    }
+    let mut total_n = 0;
+    for name in ["a", "b"] {
+        assert_eq!(sha256_file(&p(&format!("{name}.img"))).unwrap(), src_sha, "copy {name} is the source");
+        let r = report(&p(&format!("{name}.json")));
+        let log = read_log(&p(&format!("{name}.log")));
+        assert_eq!(r["share"]["host_copies"], 2, "copy {name} saw the other: {}\n{log}", r["share"]);
+        total_n += r["connections"].as_u64().unwrap();
+    }
+    // Each copy alone may use up to 8 and starts at 6; together they
+    // split one copy's budget.
+    assert!(total_n <= 8, "combined N {total_n} is more than one copy may use");
+    assert!(run_dir.join("wanblk").join("coord.sock").exists(), "the coordinator's socket");
+}
+
+#[test]
+fn a_copy_whose_coordinator_dies_finishes_alone() {
+    let dir = tempdir();
+    let src = dir.path().join("src.img");
+    let src_sha = random_file(&src, 64 << 20, 12).unwrap();
+    let port = free_port();
+    let (_nbdkit, uri) =
+        peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=80M"]);
+    let run_dir = dir.path().join("run");
+    let sock = run_dir.join("wanblk").join("coord.sock");
+    let p = |name: &str| dir.path().join(name);
+    let mut a = Peer::spawn(
+        "wanblk copy a",
+        &mut command(&run_dir, &uri, &p("a.img"), &p("a.json"), &p("a.log"), &[]),
+    );
+    wait_until("the first copy serves the coordinator", Duration::from_secs(30), || sock.exists());
+    let b = start(&run_dir, &uri, &p("b.img"), &p("b.json"), &p("b.log"), &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !logged(&p("b.log"), "copies=2") {
+        let logs = (read_log(&p("a.log")), read_log(&p("b.log")));
+        assert!(std::time::Instant::now() < deadline, "the second copy did not join within 30 s: {logs:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.kill();
+    let out = b.wait(COPY_TIMEOUT);
+    let log = read_log(&p("b.log"));
+    assert!(out.status.success(), "the second copy failed: {}\n{log}", out.status);
+    assert!(log.contains("going on alone"), "it noticed the coordinator was gone:\n{log}");
+    assert_eq!(sha256_file(&p("b.img")).unwrap(), src_sha, "the second copy is the source");
+    let r = report(&p("b.json"));
+    assert_eq!(r["share"]["host_copies"], 2, "{}", r["share"]);
+    assert_eq!(r["complete"], true);
+}
+
+#[test]
+fn share_scope_none_keeps_copies_apart() {
+    let dir = tempdir();
+    let src = dir.path().join("src.img");
+    let src_sha = random_file(&src, 32 << 20, 13).unwrap();
+    let port = free_port();
+    let (_nbdkit, uri) =
+        peers::nbdkit_tcp(port, &["-r", "--filter=rate", "file", src.to_str().unwrap(), "rate=240M"]);
+    let run_dir = dir.path().join("run");
+    let p = |name: &str| dir.path().join(name);
+    let none = ["--share-scope", "none"];
+    let a = start(&run_dir, &uri, &p("a.img"), &p("a.json"), &p("a.log"), &none);
+    let b = start(&run_dir, &uri, &p("b.img"), &p("b.json"), &p("b.log"), &none);
+    for (copy, name) in [(a, "a"), (b, "b")] {
+        assert!(copy.wait(COPY_TIMEOUT).status.success(), "copy {name}");
+        assert_eq!(sha256_file(&p(&format!("{name}.img"))).unwrap(), src_sha);
+        assert_eq!(report(&p(&format!("{name}.json")))["share"]["host_copies"], 1);
+    }
+    assert!(!run_dir.join("wanblk").exists(), "no coordinator was started");
+}
