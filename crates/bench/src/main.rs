@@ -95,9 +95,11 @@ struct DemoArgs {
 /// way and a rerun; a table of what the user saw, time lost and bytes sent
 /// again. `share` (about 15 minutes, root, iperf3) shows how wanblk shares
 /// a 1 Gbit/s, 50 ms path: alone, against 1 and 4 iperf3 flows, and 2 and
-/// 4 copies started together, each with `--share fair` and `greedy`:
-/// goodput of each party, N, and Jain's fairness index between the parties
-/// and among each copy's own sessions.
+/// 4 copies started together, each with `--share fair` and `greedy`, and
+/// 2 and 4 copies sharing the host's budget; alone with 64 KiB requests;
+/// alone and 2 copies on the same path with 0.01 % random loss and with
+/// bbr: goodput of each party, N, and Jain's fairness index between the
+/// parties and among each copy's own sessions.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// `quick`, `full`, `iscsi`, `loopback`, `frontend`, `tls`, `faults` or `share`.
@@ -224,6 +226,9 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 modes: vec!["fair".into(), "greedy".into()],
                 flows: vec![1, 4],
                 copies: vec![2, 4],
+                small_requests: Some("64K".into()),
+                loss: Some(0.0001),
+                other_congestion: Some("bbr".into()),
             },
         ),
         "tls" => wanblk_bench::tls::run(

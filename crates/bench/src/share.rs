@@ -11,12 +11,19 @@
 //! - wanblk started 3 s after k single iperf3 flows, k = 1 and 4: each
 //!   flow's rate while the copy runs against the reference;
 //! - m wanblk copies started together, m = 2 and 4 (sizes: see
-//!   [`ShareOptions::size`]).
+//!   [`ShareOptions::size`]), each tuning on its own (`--share-scope
+//!   none`), then the same with the host's budget (`--share-scope host`,
+//!   the default: the copies split one copy's N through the coordinator);
+//! - the I/O-intensive case: wanblk alone with 64 KiB requests;
+//! - on the same path with random loss 0.01 %, and with bbr instead of
+//!   cubic (a new emulated path each): wanblk alone, and 2 copies with the
+//!   host's budget.
 //!
-//! Every wanblk case runs with each `--share` mode of
+//! Every wanblk case of the first path runs with each `--share` mode of
 //! [`ShareOptions::modes`] (fair, the default, and greedy: the tuner
 //! without the governor), one after the other for the same case, so the
-//! governor's effect shows side by side. Per party: goodput, final and
+//! governor's effect shows side by side; the host-budget, small-request,
+//! loss and bbr cases run with the first mode only. Per party: goodput, final and
 //! largest N, the median per-interval Jain index of its own sessions; per
 //! case: Jain's index between the parties and the goals of issue 16.
 //! Results: `share.md` (the table), `runs.csv` and a goodput-over-time
@@ -52,6 +59,12 @@ pub struct ShareOptions {
     pub flows: Vec<u32>,
     /// Numbers of copies started together (e.g. 2, 4).
     pub copies: Vec<usize>,
+    /// Request size of the I/O-intensive case (e.g. `64K`; `None`: not run).
+    pub small_requests: Option<String>,
+    /// Random loss of the extra path (e.g. 0.0001; `None`: not run).
+    pub loss: Option<f64>,
+    /// Congestion control of the extra path (e.g. `bbr`; `None`: not run).
+    pub other_congestion: Option<String>,
 }
 
 /// One party of a case: a wanblk copy or an iperf3 flow.
@@ -76,6 +89,8 @@ struct Party {
 #[derive(Debug, Clone)]
 struct Case {
     case: String,
+    /// The path when not the first one ("loss 0.01 %", "bbr"), else "".
+    path: String,
     mode: String,
     parties: Vec<Party>,
     /// For copies together: all their bytes over the longest one's time.
@@ -91,6 +106,11 @@ impl Case {
 
     fn flows(&self) -> impl Iterator<Item = &Party> {
         self.parties.iter().filter(|p| p.final_n.is_none())
+    }
+
+    /// The case with its path, e.g. "alone (bbr)".
+    fn title(&self) -> String {
+        if self.path.is_empty() { self.case.clone() } else { format!("{} ({})", self.case, self.path) }
     }
 
     fn jain(&self) -> Option<f64> {
@@ -173,6 +193,8 @@ struct Bench<'a> {
     alone_s: f64,
     next_port: u16,
     size: u64,
+    /// The path's name in the cases ("" for the first path).
+    label: String,
 }
 
 /// iperf3 running in reverse (server to client, as a restore).
@@ -223,7 +245,7 @@ impl Bench<'_> {
         Iperf::parse(&std::fs::read(&f.out)?)
     }
 
-    fn copy(&self, name: &str, mode: &str, length: u64) -> anyhow::Result<Copy> {
+    fn copy(&self, name: &str, mode: &str, length: u64, extra: &[&str]) -> anyhow::Result<Copy> {
         let report = self.work.path().join(format!("{name}.json"));
         let stderr = self.work.path().join(format!("{name}.err"));
         let _ = std::fs::remove_file(&report);
@@ -231,6 +253,10 @@ impl Bench<'_> {
         c.args(["copy", self.path.uri(), "null:", "-C", "auto", "--share", mode, "--no-progress"])
             .args(["--length", &length.to_string(), "--congestion", &self.congestion, "--report"])
             .arg(&report)
+            .args(extra)
+            // The host's coordinator of these copies only (not of other
+            // wanblk copies on the machine).
+            .env("XDG_RUNTIME_DIR", self.work.path())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr)?);
         wanblk_sys::process::terminate_with_parent(&mut c);
@@ -251,12 +277,20 @@ impl Bench<'_> {
     }
 
     fn alone(&mut self, mode: &str) -> anyhow::Result<Case> {
+        self.alone_with("alone", mode, &[])
+    }
+
+    /// One copy alone with `extra` flags.
+    fn alone_with(&mut self, case: &str, mode: &str, extra: &[&str]) -> anyhow::Result<Case> {
         let t0 = Instant::now();
-        let c = self.copy("wanblk", mode, self.path_size())?;
+        let c = self.copy("wanblk", mode, self.path_size(), extra)?;
         let (p, _) = self.finish_copy(c, t0)?;
-        self.alone_s = self.alone_s.max(p.seconds);
+        if extra.is_empty() {
+            self.alone_s = self.alone_s.max(p.seconds);
+        }
         Ok(Case {
-            case: "alone".into(),
+            case: case.into(),
+            path: self.label.clone(),
             mode: mode.into(),
             parties: vec![p],
             combined_mbps: None,
@@ -283,6 +317,7 @@ impl Bench<'_> {
         let mean = parties.iter().map(|p| p.goodput_mbps).sum::<f64>() / parties.len().max(1) as f64;
         Ok(Case {
             case: format!("{} single flows together", k + 1),
+            path: self.label.clone(),
             mode: "-".into(),
             parties,
             combined_mbps: None,
@@ -296,7 +331,7 @@ impl Bench<'_> {
         let f = self.flows(k, secs)?;
         let t0 = f.started;
         std::thread::sleep(Duration::from_secs(3));
-        let c = self.copy("wanblk", mode, self.path_size())?;
+        let c = self.copy("wanblk", mode, self.path_size(), &[])?;
         let (p, ended) = self.finish_copy(c, t0)?;
         let began = ended - p.seconds;
         let ip = self.finish_flows(f)?;
@@ -312,6 +347,7 @@ impl Bench<'_> {
         }
         Ok(Case {
             case: format!("wanblk + {k} flow{}", if k == 1 { "" } else { "s" }),
+            path: self.label.clone(),
             mode: mode.into(),
             parties,
             combined_mbps: None,
@@ -319,12 +355,14 @@ impl Bench<'_> {
         })
     }
 
-    /// m copies started together.
-    fn together(&mut self, m: usize, mode: &str) -> anyhow::Result<Case> {
+    /// m copies started together, each tuning on its own or (`host`)
+    /// sharing the host's budget.
+    fn together(&mut self, m: usize, mode: &str, host: bool) -> anyhow::Result<Case> {
         let each = if m <= 2 { self.size } else { self.size * 2 / m as u64 };
+        let scope = ["--share-scope", if host { "host" } else { "none" }];
         let t0 = Instant::now();
         let copies: Vec<Copy> = (0..m)
-            .map(|i| self.copy(&format!("wanblk {}", i + 1), mode, each))
+            .map(|i| self.copy(&format!("wanblk {}", i + 1), mode, each, &scope))
             .collect::<anyhow::Result<_>>()?;
         let mut parties = Vec::new();
         for c in copies {
@@ -333,7 +371,8 @@ impl Bench<'_> {
         let bytes: u64 = parties.iter().map(|p| p.data_bytes).sum();
         let longest = parties.iter().map(|p| p.seconds).fold(0.0, f64::max);
         Ok(Case {
-            case: format!("{m} copies together"),
+            case: format!("{m} copies {}", if host { "sharing the host's budget" } else { "together" }),
+            path: self.label.clone(),
             mode: mode.into(),
             parties,
             combined_mbps: (longest > 0.0).then(|| bytes as f64 * 8.0 / longest / 1e6),
@@ -370,6 +409,13 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
     );
     let spec = PathSpec::new(opts.rate_mbps, opts.delay_ms);
     let path = BenchPath::start(&spec, exe, opts.size).context("starting the emulated path")?;
+    let mut extra_paths = Vec::new();
+    if let Some(loss) = opts.loss {
+        extra_paths.push((format!("loss {} %", loss * 100.0), PathSpec { loss, ..spec.clone() }));
+    }
+    if let Some(cc) = &opts.other_congestion {
+        extra_paths.push((cc.clone(), PathSpec { congestion: cc.clone(), ..spec.clone() }));
+    }
     println!(
         "share: {} MiB copies, {} Mbit/s, {} ms one way, modes {}",
         opts.size >> 20,
@@ -386,6 +432,7 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         alone_s: 0.0,
         next_port: 5201,
         size: opts.size,
+        label: String::new(),
     };
     let link = {
         let f = b.flows(8, 12)?;
@@ -403,7 +450,7 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
                 None => format!("{} {:.0}", p.name, p.goodput_mbps),
             })
             .collect();
-        println!("  {:<24} {:<7} {}", c.case, c.mode, ps.join(", "));
+        println!("  {:<24} {:<7} {}", c.title(), c.mode, ps.join(", "));
         cases.push(c);
     };
     for mode in &opts.modes {
@@ -417,9 +464,35 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
             show(b.against(k, mode, reference)?, &mut cases);
         }
     }
+    let first = opts.modes.first().map_or("fair", String::as_str);
     for &m in &opts.copies {
         for mode in &opts.modes {
-            show(b.together(m, mode)?, &mut cases);
+            show(b.together(m, mode, false)?, &mut cases);
+        }
+        show(b.together(m, first, true)?, &mut cases);
+    }
+    if let Some(size) = &opts.small_requests {
+        show(b.alone_with(&format!("alone, {size} requests"), first, &["--request-size", size])?, &mut cases);
+    }
+    drop(b);
+    for (label, spec) in extra_paths {
+        let path =
+            BenchPath::start(&spec, exe, opts.size).with_context(|| format!("starting the {label} path"))?;
+        println!("  path: {label}");
+        let work = tempfile::Builder::new().prefix("wanblk-share-").tempdir()?;
+        let mut b = Bench {
+            path,
+            exe,
+            work,
+            congestion: spec.congestion.clone(),
+            alone_s: 0.0,
+            next_port: 5201,
+            size: opts.size,
+            label,
+        };
+        show(b.alone(first)?, &mut cases);
+        if opts.copies.contains(&2) {
+            show(b.together(2, first, true)?, &mut cases);
         }
     }
     write(&opts.out_dir, opts, link, &cases)
@@ -431,14 +504,14 @@ fn fmt_opt(x: Option<f64>, digits: usize) -> String {
 
 /// The goals of issue 16 a case is held against, in words; `link` the
 /// measured ceiling, `alone_n` and `alone_mbps` one copy's by mode.
-fn verdict(c: &Case, link: f64, alone: &[(String, usize, f64)]) -> String {
+fn verdict(c: &Case, link: f64, alone: &[(String, String, usize, f64)]) -> String {
     let mut v = Vec::new();
-    let one = alone.iter().find(|(m, _, _)| *m == c.mode);
-    let greedy_alone = alone.iter().find(|(m, _, _)| m == "greedy").map(|a| a.2);
-    if c.case == "alone" {
+    let one = alone.iter().find(|(p, m, _, _)| *p == c.path && *m == c.mode).map(|a| (&a.1, a.2, a.3));
+    let greedy_alone = alone.iter().find(|(p, m, _, _)| *p == c.path && m == "greedy").map(|a| a.3);
+    if c.case.starts_with("alone") {
         let p = &c.parties[0];
         v.push(format!("{:.2} of the link", p.goodput_mbps / link));
-        if let Some(g) = greedy_alone.filter(|_| c.mode != "greedy") {
+        if let Some(g) = greedy_alone.filter(|_| c.mode != "greedy" && c.case == "alone") {
             let ok = p.goodput_mbps >= 0.97 * g;
             v.push(format!("{:.2} of greedy alone (goal >= 0.97: {})", p.goodput_mbps / g, yes(ok)));
         }
@@ -455,7 +528,7 @@ fn verdict(c: &Case, link: f64, alone: &[(String, usize, f64)]) -> String {
         v.push(format!("link use {use_:.2} (goal >= 0.93: {})", yes(use_ >= 0.93)));
         let n: usize = c.wanblk().filter_map(|p| p.final_n).sum();
         if let Some((_, n1, _)) = one {
-            let ratio = n as f64 / (*n1).max(1) as f64;
+            let ratio = n as f64 / n1.max(1) as f64;
             v.push(format!("N {n} = {ratio:.1}x one copy's {n1} (goal <= 1.5x: {})", yes(ratio <= 1.5)));
         }
         if let Some(j) = c.jain() {
@@ -486,7 +559,7 @@ fn write(dir: &Path, opts: &ShareOptions, link: f64, cases: &[Case]) -> anyhow::
             writeln!(
                 csv,
                 "{},{},{},{:.1},{},{},{},{},{},{},{},{:.1},{:.2}",
-                c.case,
+                c.title(),
                 c.mode,
                 p.name,
                 p.goodput_mbps,
@@ -502,10 +575,12 @@ fn write(dir: &Path, opts: &ShareOptions, link: f64, cases: &[Case]) -> anyhow::
             )?;
         }
     }
-    let alone: Vec<(String, usize, f64)> = cases
+    let alone: Vec<(String, String, usize, f64)> = cases
         .iter()
         .filter(|c| c.case == "alone")
-        .map(|c| (c.mode.clone(), c.parties[0].final_n.unwrap_or(1), c.parties[0].goodput_mbps))
+        .map(|c| {
+            (c.path.clone(), c.mode.clone(), c.parties[0].final_n.unwrap_or(1), c.parties[0].goodput_mbps)
+        })
         .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut md = std::fs::File::create(dir.join("share.md"))?;
@@ -551,7 +626,7 @@ fn write(dir: &Path, opts: &ShareOptions, link: f64, cases: &[Case]) -> anyhow::
         writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} |",
-            c.case,
+            c.title(),
             c.mode,
             gp.join("; "),
             if ns.is_empty() { "-".into() } else { ns.join(" + ") },
@@ -559,8 +634,7 @@ fn write(dir: &Path, opts: &ShareOptions, link: f64, cases: &[Case]) -> anyhow::
             goals
         )?;
         if c.mode != "-" {
-            let stem =
-                dir.join(format!("{}-{}", c.case.replace([' ', '+'], "").replace("together", ""), c.mode));
+            let stem = dir.join(format!("{}-{}", stem_of(&c.title()), c.mode));
             plot_case(c, &stem)?;
         }
     }
@@ -568,12 +642,24 @@ fn write(dir: &Path, opts: &ShareOptions, link: f64, cases: &[Case]) -> anyhow::
     Ok(())
 }
 
+/// A file name stem for a case title: "2 copies together" -> "2copies",
+/// "alone, 64K requests" -> "alone-64Krequests", "alone (loss 0.01 %)" ->
+/// "alone-loss0p01".
+fn stem_of(title: &str) -> String {
+    let t = title.replace("together", "").replace(" (", "-").replace(", ", "-").replace('.', "p");
+    t.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
+}
+
 fn plot_case(c: &Case, stem: &Path) -> anyhow::Result<()> {
     let series = c.parties.iter().map(|p| Series::new(p.name.clone(), p.trace.clone())).collect();
     let right: Vec<Series> =
         c.wanblk().map(|p| Series::reference(format!("N of {}", p.name), p.n_trace.clone())).collect();
     let chart = Chart {
-        title: format!("{} (--share {})", c.case, c.mode),
+        title: format!("{} (--share {})", c.title(), c.mode),
         x_label: "seconds".into(),
         y_label: "goodput, Mbit/s".into(),
         log_x: false,
@@ -599,6 +685,15 @@ mod tests {
         assert_eq!(ip.mean(1, 0.0, 1.0), Some(300.0));
         assert_eq!(ip.mean(1, 5.0, 9.0), None);
         assert!(Iperf::parse(br#"{"error":"unable to connect"}"#).is_err());
+    }
+
+    #[test]
+    fn plot_stems_stay_as_before_and_name_the_path() {
+        assert_eq!(stem_of("2 copies together"), "2copies");
+        assert_eq!(stem_of("wanblk + 1 flow"), "wanblk1flow");
+        assert_eq!(stem_of("alone, 64K requests"), "alone-64Krequests");
+        assert_eq!(stem_of("alone (loss 0.01 %)"), "alone-loss0p01");
+        assert_eq!(stem_of("2 copies sharing the host's budget (bbr)"), "2copiessharingthehostsbudget-bbr");
     }
 
     #[test]
