@@ -121,6 +121,7 @@ pub(crate) async fn run(
             if let Some(ceiling) = governor.observe(&o) {
                 tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
             }
+            ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let mut ceiling = governor.ceiling();
             if let Some(h) = &host {
                 let settled = ctl.tuner().and_then(|t| t.converged()).is_some();

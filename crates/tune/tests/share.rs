@@ -29,22 +29,25 @@ enum Other {
     LossBased,
 }
 
-/// Steady state with `n` of our sessions: (our rate, the other's rate, RTT).
-fn steady(n: usize, other: Other) -> (f64, f64, f64) {
+/// Steady state with `n` of our sessions on a path of base RTT `base`:
+/// (our rate, the other's rate, RTT). Each session's window stays what
+/// fills a ninth of the 100 ms path, whatever the path's delay.
+fn steady(n: usize, other: Other, base: f64) -> (f64, f64, f64) {
     let ours = n as f64 * BDP / 9.0;
+    let bdp = CAPACITY * base;
     match other {
         Other::LossBased => {
-            let rtt = BASE_RTT + MAX_QUEUE_S;
+            let rtt = base + MAX_QUEUE_S;
             let rate = (ours / rtt).min(CAPACITY * n as f64 / (n as f64 + 1.0));
             (rate, CAPACITY - rate, rtt)
         }
         Other::Nobody | Other::Window(_) => {
             let theirs = if let Other::Window(w) = other { w } else { 0.0 };
             let inflight = ours + theirs;
-            if inflight <= BDP {
-                (ours / BASE_RTT, theirs / BASE_RTT, BASE_RTT)
+            if inflight <= bdp {
+                (ours / base, theirs / base, base)
             } else {
-                let rtt = (inflight / CAPACITY).min(BASE_RTT + MAX_QUEUE_S);
+                let rtt = (inflight / CAPACITY).min(base + MAX_QUEUE_S);
                 (CAPACITY * ours / inflight, CAPACITY * theirs / inflight, rtt)
             }
         }
@@ -64,6 +67,13 @@ struct Run {
 /// Drives the real controller (and, with `share`, the governor as the
 /// driver does) for `seconds` of simulated time.
 fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
+    simulate_path(other, share, seconds, None)
+}
+
+/// [`simulate`], with the path's base RTT stepping to `step.1` seconds at
+/// `step.0` seconds of simulated time. The sessions' smallest RTT stays
+/// the first path's, as `tcpi_min_rtt` of a long-lived connection does.
+fn simulate_path(other: Other, share: Option<ShareMode>, seconds: f64, step: Option<(f64, f64)>) -> Run {
     let limits =
         PoolLimits { max_sessions: 64, max_request_bytes: 4 << 20, request_align: 512, max_depth: 4 };
     let mut bytes = [0u64; 64];
@@ -101,7 +111,11 @@ fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
     while now < end {
         let next = ctl.poll_timeout().max(now).min(end);
         let dt = next.saturating_duration_since(now).as_secs_f64();
-        let (rate, other_rate, _) = steady(active, other);
+        let base = |t: Instant| match step {
+            Some((at, rtt)) if t.duration_since(t0).as_secs_f64() >= at => rtt,
+            _ => BASE_RTT,
+        };
+        let (rate, other_rate, _) = steady(active, other, base(now));
         for b in bytes.iter_mut().take(active) {
             *b += (rate / active as f64 * dt) as u64;
         }
@@ -110,7 +124,7 @@ fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
         theirs += other_rate * counted;
         now = next;
         let measured = ctl.samples().len();
-        let (_, _, rtt_now) = steady(active, other);
+        let (_, _, rtt_now) = steady(active, other, base(now));
         let mut decision = ctl.on_timeout(now, &counters(active, &bytes, rtt_now));
         if ctl.samples().len() > measured
             && let Some(g) = governor.as_mut()
@@ -127,6 +141,7 @@ fn simulate(other: Other, share: Option<ShareMode>, seconds: f64) -> Run {
             if let Some(c) = g.observe(&o) {
                 decision = ctl.set_ceiling(c).or(decision);
             }
+            ctl.set_path_base_rtt(g.path_base_rtt_s());
         }
         if let Some(d) = decision {
             active = d.active;
@@ -198,4 +213,32 @@ fn against_a_queue_filling_flow_polite_takes_about_one_flows_share() {
     let greedy = simulate(Other::LossBased, Some(ShareMode::Greedy), 300.0);
     assert!(late_max_n(&polite) <= 2, "N {:?}", polite.n);
     assert!(late_max_n(&greedy) > 2, "greedy climbs: {:?}", greedy.n);
+}
+
+/// The path's delay steps from 100 to 400 ms RTT mid-copy (the quick
+/// profile's path change): every session keeps its window, so the longer
+/// path needs four times the sessions. The governor must read the longer
+/// RTT as a longer path, not as a queue that more sessions would only
+/// grow: `fair` must climb as `greedy` does, not fall to one session.
+#[test]
+fn a_longer_path_is_not_read_as_a_full_one() {
+    let step = Some((60.0, 0.4));
+    let greedy = simulate_path(Other::Nobody, Some(ShareMode::Greedy), 300.0, step);
+    let fair = simulate_path(Other::Nobody, Some(ShareMode::Fair), 300.0, step);
+    eprintln!(
+        "fair {:.0} Mbit/s, N {:?}; greedy {:.0}, N {:?}",
+        fair.ours * 8e-6,
+        &fair.n[fair.n.len() - 5..],
+        greedy.ours * 8e-6,
+        &greedy.n[greedy.n.len() - 5..]
+    );
+    // 36 windows of a ninth of the first path's BDP fill the longer one.
+    assert!(late_max_n(&greedy) >= 30, "greedy fills the longer path: N {:?}", greedy.n);
+    assert!(
+        fair.ours >= 0.9 * greedy.ours,
+        "fair: {:.0} Mbit/s against greedy's {:.0} over the last 60 s; N {:?}",
+        fair.ours * 8e-6,
+        greedy.ours * 8e-6,
+        fair.n
+    );
 }

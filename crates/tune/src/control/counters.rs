@@ -159,12 +159,21 @@ impl Counters {
     /// counters, or on a path whose RTT is below [`SMALL_PATH_RTT`]
     /// (queueing there is the hosts', not the path's).
     pub fn standing_queue(&self) -> Option<bool> {
+        self.standing_queue_over(None)
+    }
+
+    /// [`standing_queue`](Self::standing_queue), with each session's base
+    /// RTT at least `path_base_s` seconds (the path's base RTT re-taken
+    /// after a path change, where `tcpi_min_rtt` still names the old path).
+    pub fn standing_queue_over(&self, path_base_s: Option<f64>) -> Option<bool> {
+        let floor = path_base_s.unwrap_or(0.0);
         let mut base = Vec::new();
         let mut queue = Vec::new();
         for t in self.sessions().filter(|s| s.active).filter_map(|s| s.tcp) {
             if t.min_rtt_us > 0 && t.rtt_us > 0 {
-                base.push(f64::from(t.min_rtt_us) / 1e6);
-                queue.push((f64::from(t.rtt_us) - f64::from(t.min_rtt_us)).max(0.0) / 1e6);
+                let min_rtt = (f64::from(t.min_rtt_us) / 1e6).max(floor);
+                base.push(min_rtt);
+                queue.push((f64::from(t.rtt_us) / 1e6 - min_rtt).max(0.0));
             }
         }
         let (base, queue) = (median(&mut base)?, median(&mut queue)?);

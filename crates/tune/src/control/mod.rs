@@ -389,6 +389,10 @@ pub struct Controller {
     small_path: bool,
     /// The smallest RTT seen on the path, seconds (0 unknown).
     path_rtt_s: f64,
+    /// The path's base RTT as re-taken after a path change (seconds), where
+    /// the sessions' own smallest RTTs still name the old path; see
+    /// [`set_path_base_rtt`](Self::set_path_base_rtt).
+    path_base_s: Option<f64>,
     /// The halves rule lengthened the interval being closed.
     bursty: bool,
     state: State,
@@ -453,6 +457,7 @@ impl Controller {
             last_change_s: None,
             small_path,
             path_rtt_s: rtt,
+            path_base_s: None,
             bursty: false,
             state: State::Starting { at: now },
             samples: Vec::new(),
@@ -645,6 +650,17 @@ impl Controller {
     /// What every pool accepts (the limits N and requests are clamped to).
     pub fn limits(&self) -> PoolLimits {
         self.limits
+    }
+
+    /// The path's base RTT, seconds, for the standing-queue signal, when
+    /// the share governor re-took it after a path change (`None`: each
+    /// session's own smallest RTT, the default). A session's `tcpi_min_rtt`
+    /// never expires, so after the path got longer the sessions opened
+    /// before read the new delay as a standing queue, and the tuner would
+    /// take the path as full at its first point. Each session's base is
+    /// the larger of its own smallest RTT and this.
+    pub fn set_path_base_rtt(&mut self, base_s: Option<f64>) {
+        self.path_base_s = base_s.filter(|b| b.is_finite() && *b > 0.0);
     }
 
     /// Keeps a tuned N at or below `ceiling` from now on (`None`: up to the
@@ -871,7 +887,7 @@ impl Controller {
             .config
             .rate_cap_bytes_per_s
             .is_some_and(|cap| goodput.is_finite() && goodput >= cap * AT_RATE_CAP);
-        let standing_queue = if capped { Some(true) } else { counters.standing_queue() };
+        let standing_queue = if capped { Some(true) } else { counters.standing_queue_over(self.path_base_s) };
         let n = self.decision.active;
         let mut sample = IntervalSample {
             t_s: now.saturating_duration_since(self.start).as_secs_f64(),

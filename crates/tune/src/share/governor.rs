@@ -31,6 +31,24 @@
 //! falls towards one session, and the ensemble takes about one flow's
 //! share, as one more TCP flow would.
 //!
+//! A longer RTT is not always a queue. When the path itself gets longer
+//! (a route change; the emulated path's delay step), every session keeps
+//! its window, so the RTT grows and the goodput per session falls exactly
+//! as behind a standing queue, and the smallest RTT the sessions have seen
+//! (`tcpi_min_rtt`, which never expires) still names the old path. What
+//! tells the two apart is our own N: a queue our sessions built shrinks
+//! when the ceiling takes sessions away (with window-limited sessions the
+//! RTT falls about in proportion to N, down to the base), while a longer
+//! path, or a queue someone else keeps full, stays whatever we do. So after
+//! each cut `fair` checks the next settled interval: if N fell by a quarter
+//! or more and the RTT fell by less than half of what a queue of ours would
+//! have, the RTT is the path's, not ours. The governor then takes that RTT
+//! as the new base (from then on from the sessions' smoothed RTTs only,
+//! since `tcpi_min_rtt` still remembers the old path), forgets the
+//! per-session goodputs measured on the old path, and lifts its ceiling.
+//! `polite` does not do this: it yields to a queue whoever keeps it, so
+//! after a lasting rise of the path's delay it stays at few sessions.
+//!
 //! Sans-I/O: fed with [`PathObservation`]s, it answers ceilings.
 
 use std::fmt;
@@ -159,6 +177,16 @@ pub struct PathObservation {
     pub discarded: bool,
 }
 
+/// The last lowering of the ceiling, kept until a settled interval at the
+/// lower N shows whether the queue was ours (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Cut {
+    /// Active sessions in the interval that decided it.
+    n: usize,
+    /// The median smoothed RTT then, seconds.
+    rtt_s: f64,
+}
+
 /// One change of the ceiling, for the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CeilingChange {
@@ -186,6 +214,11 @@ pub struct Governor {
     clean: usize,
     /// Consecutive full intervals so far.
     full: usize,
+    /// The last cut, until the queue it aimed at was seen to shrink or not.
+    cut: Option<Cut>,
+    /// The base RTT was re-taken after a path change: it follows the
+    /// smoothed RTTs only (the sessions' `tcpi_min_rtt` is the old path's).
+    rebased: bool,
     changes: Vec<CeilingChange>,
 }
 
@@ -199,6 +232,8 @@ impl Governor {
             ceiling: None,
             clean: 0,
             full: 0,
+            cut: None,
+            rebased: false,
             changes: Vec::new(),
         }
     }
@@ -218,6 +253,13 @@ impl Governor {
         self.base_s
     }
 
+    /// The base RTT re-taken after a path change (seconds; `None` until
+    /// then): what the controller's standing-queue signal should measure
+    /// from ([`Controller::set_path_base_rtt`](crate::Controller::set_path_base_rtt)).
+    pub fn path_base_rtt_s(&self) -> Option<f64> {
+        if self.rebased { self.base_s } else { None }
+    }
+
     /// Every change of the ceiling so far.
     pub fn changes(&self) -> &[CeilingChange] {
         &self.changes
@@ -227,7 +269,8 @@ impl Governor {
     /// (`Some(None)`: removed). Greedy never sets one.
     pub fn observe(&mut self, o: &PathObservation) -> Option<Option<usize>> {
         let valid = |x: f64| x.is_finite() && x > 0.0;
-        for rtt in [o.min_rtt_s, o.rtt_s] {
+        let min_rtt = if self.rebased { f64::NAN } else { o.min_rtt_s };
+        for rtt in [min_rtt, o.rtt_s] {
             if valid(rtt) {
                 self.base_s = Some(self.base_s.map_or(rtt, |b| b.min(rtt)));
                 break;
@@ -237,6 +280,10 @@ impl Governor {
         if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy || base < self.config.min_base_s {
             return None;
         }
+        if let Some(rebase) = self.path_changed(o, base) {
+            return rebase;
+        }
+        let base = self.base_s.unwrap_or(base);
         let queue = (o.rtt_s - base).max(0.0);
         let allowed = self.config.allowed_queue_s(base);
         let per_session = o.goodput_bytes_per_s / o.n as f64;
@@ -289,6 +336,9 @@ impl Governor {
         if new == self.ceiling {
             return None;
         }
+        if new.is_some_and(|c| c < o.n) {
+            self.cut = Some(Cut { n: o.n, rtt_s: o.rtt_s });
+        }
         self.ceiling = new;
         self.changes.push(CeilingChange {
             t_s: o.t_s,
@@ -298,6 +348,42 @@ impl Governor {
             base_rtt_ms: base * 1e3,
         });
         Some(new)
+    }
+
+    /// After a cut, whether the queue it aimed at was ours (see the module
+    /// docs). `Some(answer)` when this interval decided that it was not:
+    /// the RTT is the path's, the base and the per-session history are
+    /// taken again and the ceiling is lifted (`answer` is what
+    /// [`observe`](Self::observe) returns).
+    fn path_changed(&mut self, o: &PathObservation, base: f64) -> Option<Option<Option<usize>>> {
+        let cut = self.cut?;
+        if self.config.mode != ShareMode::Fair || o.n > cut.n * 3 / 4 {
+            // Too few sessions taken away to tell yet.
+            return None;
+        }
+        self.cut = None;
+        // A queue of ours shrinks with N: window-limited sessions move
+        // their windows every RTT, so the RTT falls about in proportion to
+        // N, down to the base.
+        let expected = base.max(cut.rtt_s * o.n as f64 / cut.n as f64);
+        let fell = cut.rtt_s - o.rtt_s;
+        if cut.rtt_s - expected <= 0.0 || fell >= (cut.rtt_s - expected) / 2.0 {
+            return None;
+        }
+        self.base_s = Some(o.rtt_s);
+        self.rebased = true;
+        self.per_session.clear();
+        self.full = 0;
+        self.clean = 0;
+        let lifted = self.ceiling.take().map(|_| None);
+        self.changes.push(CeilingChange {
+            t_s: o.t_s,
+            n: o.n,
+            ceiling: None,
+            queue_ms: 0.0,
+            base_rtt_ms: o.rtt_s * 1e3,
+        });
+        Some(lifted)
     }
 }
 
@@ -362,11 +448,54 @@ mod tests {
         assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(9)));
         // A warm-up decides nothing.
         assert_eq!(g.observe(&PathObservation { discarded: true, ..obs(10, 300.0) }), None);
-        // The ceiling only falls while the queue stands.
-        assert_eq!(g.observe(&obs(9, 180.0)), Some(Some(6)));
-        assert_eq!(g.ceiling(), Some(6));
+        // The ceiling only falls while the queue stands: 9 x 125 / 150.
+        assert_eq!(g.observe(&obs(9, 150.0)), Some(Some(7)));
+        assert_eq!(g.ceiling(), Some(7));
         assert_eq!(g.changes().len(), 2);
         assert!((g.changes()[0].queue_ms - 110.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_longer_path_is_taken_as_the_new_base_once_fewer_sessions_leave_the_rtt_as_it_was() {
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(4, 100.5)), None);
+        // The path's RTT steps from 100 to 400 ms; the sessions' smallest
+        // RTT still says 100 ms: 8 x 125 / 400 = 2.5.
+        assert_eq!(g.observe(&obs(8, 400.0)), Some(Some(2)));
+        assert_eq!(g.path_base_rtt_s(), None);
+        // With 2 sessions the RTT has not moved: it is the path's.
+        assert_eq!(g.observe(&obs(2, 400.0)), Some(None), "the ceiling is lifted");
+        assert_eq!(g.base_rtt_s(), Some(0.4));
+        assert_eq!(g.path_base_rtt_s(), Some(0.4));
+        assert_eq!(g.changes().last().map(|c| c.base_rtt_ms), Some(400.0));
+        // More sessions on the longer path: no queue, no ceiling, although
+        // every session moves a quarter of what it did on the short path.
+        for n in [4, 8, 16, 32] {
+            assert_eq!(g.observe(&obs(n, 400.5)), None, "{n}");
+        }
+        // A queue of ours on the new path is still seen: 48 x 500 / 400.
+        assert_eq!(g.observe(&obs(48, 600.0)), Some(Some(40)));
+    }
+
+    #[test]
+    fn a_queue_that_shrinks_with_n_keeps_the_base() {
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(8, 100.5)), None);
+        assert_eq!(g.observe(&obs(16, 200.0)), Some(Some(10)));
+        // 10 sessions: the RTT fell with N (16 -> 10 takes 200 to 125 ms).
+        assert_eq!(g.observe(&obs(10, 125.0)), None);
+        assert_eq!(g.base_rtt_s(), Some(0.1));
+        assert_eq!(g.path_base_rtt_s(), None);
+        assert_eq!(g.ceiling(), Some(10));
+    }
+
+    #[test]
+    fn polite_keeps_yielding_to_a_queue_whoever_keeps_it() {
+        let mut g = Governor::new(one(ShareMode::Polite));
+        assert_eq!(g.observe(&obs(4, 100.5)), None);
+        assert_eq!(g.observe(&obs(8, 400.0)), Some(Some(2)));
+        assert_eq!(g.observe(&obs(2, 400.0)), Some(Some(1)));
+        assert_eq!(g.path_base_rtt_s(), None);
     }
 
     #[test]
