@@ -219,6 +219,9 @@ pub struct Governor {
     /// The base RTT was re-taken after a path change: it follows the
     /// smoothed RTTs only (the sessions' `tcpi_min_rtt` is the old path's).
     rebased: bool,
+    /// After a re-base: a settled interval whose RTT read below the base,
+    /// waiting for a second one to confirm it.
+    low: Option<f64>,
     changes: Vec<CeilingChange>,
 }
 
@@ -234,6 +237,7 @@ impl Governor {
             full: 0,
             cut: None,
             rebased: false,
+            low: None,
             changes: Vec::new(),
         }
     }
@@ -269,11 +273,14 @@ impl Governor {
     /// (`Some(None)`: removed). Greedy never sets one.
     pub fn observe(&mut self, o: &PathObservation) -> Option<Option<usize>> {
         let valid = |x: f64| x.is_finite() && x > 0.0;
-        let min_rtt = if self.rebased { f64::NAN } else { o.min_rtt_s };
-        for rtt in [min_rtt, o.rtt_s] {
-            if valid(rtt) {
-                self.base_s = Some(self.base_s.map_or(rtt, |b| b.min(rtt)));
-                break;
+        if self.rebased {
+            self.lower_rebased_base(o);
+        } else {
+            for rtt in [o.min_rtt_s, o.rtt_s] {
+                if valid(rtt) {
+                    self.base_s = Some(self.base_s.map_or(rtt, |b| b.min(rtt)));
+                    break;
+                }
             }
         }
         let (Some(base), true) = (self.base_s, valid(o.rtt_s)) else { return None };
@@ -350,6 +357,25 @@ impl Governor {
         Some(new)
     }
 
+    /// After a re-base the base follows the sessions' median smoothed RTT,
+    /// which one interval can read low (sessions just opened, a warm-up):
+    /// it falls only when two settled intervals in a row read below it,
+    /// and then to the higher of the two.
+    fn lower_rebased_base(&mut self, o: &PathObservation) {
+        let Some(base) = self.base_s else { return };
+        if o.discarded || !(o.rtt_s.is_finite() && o.rtt_s > 0.0) {
+            return;
+        }
+        if o.rtt_s >= base {
+            self.low = None;
+            return;
+        }
+        match self.low.take() {
+            Some(prev) => self.base_s = Some(prev.max(o.rtt_s)),
+            None => self.low = Some(o.rtt_s),
+        }
+    }
+
     /// After a cut, whether the queue it aimed at was ours (see the module
     /// docs). `Some(answer)` when this interval decided that it was not:
     /// the RTT is the path's, the base and the per-session history are
@@ -372,6 +398,7 @@ impl Governor {
         }
         self.base_s = Some(o.rtt_s);
         self.rebased = true;
+        self.low = None;
         self.per_session.clear();
         self.full = 0;
         self.clean = 0;
@@ -475,6 +502,13 @@ mod tests {
         }
         // A queue of ours on the new path is still seen: 48 x 500 / 400.
         assert_eq!(g.observe(&obs(48, 600.0)), Some(Some(40)));
+        // One interval reading low (a warm-up, sessions just opened) does
+        // not move the re-taken base; two settled ones in a row do.
+        assert_eq!(g.observe(&PathObservation { discarded: true, ..obs(40, 320.0) }), None);
+        assert_eq!(g.observe(&obs(40, 330.0)), None);
+        assert_eq!(g.base_rtt_s(), Some(0.4));
+        assert_eq!(g.observe(&obs(40, 300.0)), None);
+        assert_eq!(g.base_rtt_s(), Some(0.33));
     }
 
     #[test]
