@@ -127,9 +127,9 @@ pub struct RemoteOptions {
 pub enum ShareScope {
     /// The copies of this host that use the same path (its server) split
     /// the N one copy needs, through a coordinator on a Unix socket.
-    #[default]
     Host,
-    /// Each copy tunes on its own.
+    /// Each copy tunes on its own (the default: see `--share-scope`).
+    #[default]
     None,
 }
 

@@ -33,6 +33,8 @@ fn command(run_dir: &Path, src: &str, dst: &Path, report: &Path, log: &Path, ext
         .args(["-C", "auto", "--initial-connections", "6", "--max-connections", "8", "--interval", "100ms"])
         .args(["--report", report.to_str().unwrap()])
         .args(extra)
+        // The host's budget is opt-in (see --share-scope's help).
+        .args(if extra.contains(&"--share-scope") { &[][..] } else { &["--share-scope", "host"][..] })
         .env("XDG_RUNTIME_DIR", run_dir)
         .env("LOG", log);
     cmd
