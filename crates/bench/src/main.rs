@@ -98,7 +98,8 @@ struct DemoArgs {
 /// 4 copies started together, each with `--share fair` and `greedy`, and
 /// 2 and 4 copies sharing the host's budget; alone with 64 KiB requests;
 /// alone and 2 copies on the same path with 0.01 % random loss and with
-/// bbr: goodput of each party, N, and Jain's fairness index between the
+/// bbr; a backup against one flow without and with `--ensemble-pacing`:
+/// goodput of each party, N, and Jain's fairness index between the
 /// parties and among each copy's own sessions.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
@@ -229,6 +230,7 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 small_requests: Some("64K".into()),
                 loss: Some(0.0001),
                 other_congestion: Some("bbr".into()),
+                ensemble_pacing: true,
             },
         ),
         "tls" => wanblk_bench::tls::run(

@@ -17,7 +17,10 @@
 //! - the I/O-intensive case: wanblk alone with 64 KiB requests;
 //! - on the same path with random loss 0.01 %, and with bbr instead of
 //!   cubic (a new emulated path each): wanblk alone, and 2 copies with the
-//!   host's budget.
+//!   host's budget;
+//! - ensemble pacing: a backup started 3 s after one flow going the same
+//!   way, without and with `--ensemble-pacing`, on the first path and on
+//!   the loss path.
 //!
 //! Every wanblk case of the first path runs with each `--share` mode of
 //! [`ShareOptions::modes`] (fair, the default, and greedy: the tuner
@@ -65,6 +68,9 @@ pub struct ShareOptions {
     pub loss: Option<f64>,
     /// Congestion control of the extra path (e.g. `bbr`; `None`: not run).
     pub other_congestion: Option<String>,
+    /// Backups against one flow with and without `--ensemble-pacing` (on
+    /// the first path and the loss path).
+    pub ensemble_pacing: bool,
 }
 
 /// One party of a case: a wanblk copy or an iperf3 flow.
@@ -217,6 +223,12 @@ struct Copy {
 
 impl Bench<'_> {
     fn flows(&mut self, k: u32, secs: u32) -> anyhow::Result<Flows> {
+        self.flows_dir(k, secs, true)
+    }
+
+    /// k flows for `secs`, server to client (`reverse`, as a restore) or
+    /// client to server (as a backup).
+    fn flows_dir(&mut self, k: u32, secs: u32, reverse: bool) -> anyhow::Result<Flows> {
         let port = self.next_port.to_string();
         self.next_port += 1;
         let sc = self.path.scenario();
@@ -227,7 +239,8 @@ impl Bench<'_> {
         std::thread::sleep(Duration::from_millis(300));
         let out = self.work.path().join(format!("iperf3-{port}.json"));
         let mut c = Command::new("iperf3");
-        c.args(["-c", &sc.server_addr().to_string(), "-p", &port, "-J", "-R", "-i", "1"])
+        c.args(["-c", &sc.server_addr().to_string(), "-p", &port, "-J", "-i", "1"])
+            .args(if reverse { &["-R"][..] } else { &[][..] })
             .args(["-C", &self.congestion, "-P", &k.to_string(), "-t", &secs.to_string()])
             .stdout(std::fs::File::create(&out)?)
             .stderr(Stdio::null());
@@ -246,11 +259,25 @@ impl Bench<'_> {
     }
 
     fn copy(&self, name: &str, mode: &str, length: u64, extra: &[&str]) -> anyhow::Result<Copy> {
+        self.copy_dir(name, mode, length, extra, false)
+    }
+
+    /// A restore (target to `null:`) or a `backup` (`random:` to the target).
+    fn copy_dir(
+        &self,
+        name: &str,
+        mode: &str,
+        length: u64,
+        extra: &[&str],
+        backup: bool,
+    ) -> anyhow::Result<Copy> {
         let report = self.work.path().join(format!("{name}.json"));
         let stderr = self.work.path().join(format!("{name}.err"));
         let _ = std::fs::remove_file(&report);
+        let random = format!("random:{length}");
+        let (src, dst) = if backup { (random.as_str(), self.path.uri()) } else { (self.path.uri(), "null:") };
         let mut c = Command::new(self.exe);
-        c.args(["copy", self.path.uri(), "null:", "-C", "auto", "--share", mode, "--no-progress"])
+        c.args(["copy", src, dst, "-C", "auto", "--share", mode, "--no-progress"])
             .args(["--length", &length.to_string(), "--congestion", &self.congestion, "--report"])
             .arg(&report)
             .args(extra)
@@ -327,11 +354,24 @@ impl Bench<'_> {
 
     /// wanblk started 3 s after k single flows.
     fn against(&mut self, k: u32, mode: &str, reference: Option<f64>) -> anyhow::Result<Case> {
+        self.against_with(k, mode, reference, &[], false)
+    }
+
+    /// [`Bench::against`] with `extra` flags, as a restore or a `backup`
+    /// (the flows then go the same way, client to server).
+    fn against_with(
+        &mut self,
+        k: u32,
+        mode: &str,
+        reference: Option<f64>,
+        extra: &[&str],
+        backup: bool,
+    ) -> anyhow::Result<Case> {
         let secs = (3.0 + self.alone_s * 2.0 + 15.0).ceil() as u32;
-        let f = self.flows(k, secs)?;
+        let f = self.flows_dir(k, secs, !backup)?;
         let t0 = f.started;
         std::thread::sleep(Duration::from_secs(3));
-        let c = self.copy("wanblk", mode, self.path_size(), &[])?;
+        let c = self.copy_dir("wanblk", mode, self.path_size(), extra, backup)?;
         let (p, ended) = self.finish_copy(c, t0)?;
         let began = ended - p.seconds;
         let ip = self.finish_flows(f)?;
@@ -345,8 +385,13 @@ impl Bench<'_> {
                 ..Party::default()
             });
         }
+        let what = match (backup, extra.contains(&"--ensemble-pacing")) {
+            (false, _) => String::new(),
+            (true, false) => " (backup)".into(),
+            (true, true) => " (backup, ensemble pacing)".into(),
+        };
         Ok(Case {
-            case: format!("wanblk + {k} flow{}", if k == 1 { "" } else { "s" }),
+            case: format!("wanblk + {k} flow{}{what}", if k == 1 { "" } else { "s" }),
             path: self.label.clone(),
             mode: mode.into(),
             parties,
@@ -474,6 +519,13 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
     if let Some(size) = &opts.small_requests {
         show(b.alone_with(&format!("alone, {size} requests"), first, &["--request-size", size])?, &mut cases);
     }
+    let reference_1 =
+        cases.iter().find(|c| c.case == "2 single flows together").and_then(|c| c.reference_mbps);
+    if opts.ensemble_pacing {
+        for extra in [&[][..], &["--ensemble-pacing"][..]] {
+            show(b.against_with(1, first, reference_1, extra, true)?, &mut cases);
+        }
+    }
     drop(b);
     for (label, spec) in extra_paths {
         let path =
@@ -493,6 +545,11 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         show(b.alone(first)?, &mut cases);
         if opts.copies.contains(&2) {
             show(b.together(2, first, true)?, &mut cases);
+        }
+        if opts.ensemble_pacing && spec.loss > 0.0 {
+            for extra in [&[][..], &["--ensemble-pacing"][..]] {
+                show(b.against_with(1, first, reference_1, extra, true)?, &mut cases);
+            }
         }
     }
     write(&opts.out_dir, opts, link, &cases)

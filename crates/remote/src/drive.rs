@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
-use wanblk_tune::share::{Governor, PathObservation, median};
+use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
 use crate::host::HostLink;
@@ -95,11 +95,14 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
 /// last interval and returns it. After every interval `governor` sees the
 /// path and may set a ceiling on N, and `host` (the copies of this host on
 /// the same path) may set another; the lower one holds. `sessions`
-/// follows the active N.
+/// follows the active N. With `pacer` (and the user's `--rate`), the
+/// sessions are paced together while the governor holds a ceiling.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     mut ctl: Controller,
     mut governor: Governor,
     host: Option<HostLink>,
+    mut pacer: Option<(EnsemblePacer, Option<u64>)>,
     pools: Vec<Arc<Pool>>,
     completed: impl Fn() -> u64,
     sessions: Arc<AtomicUsize>,
@@ -128,6 +131,14 @@ pub(crate) async fn run(
                 h.report(o.n, o.goodput_bytes_per_s.max(0.0) as u64, settled);
                 if let Some(c) = h.grant().ceiling {
                     ceiling = Some(ceiling.map_or(c, |g| g.min(c)));
+                }
+            }
+            if let Some((p, user_cap)) = pacer.as_mut()
+                && let Some(rate) = p.observe(governor.ceiling().is_some(), o.goodput_bytes_per_s, *user_cap)
+            {
+                tracing::info!(?rate, "share: ensemble pacing");
+                for pool in &pools {
+                    pool.set_rate_cap(rate);
                 }
             }
             if ceiling != applied {

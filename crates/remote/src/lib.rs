@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::{Faults, Pool};
-use wanblk_tune::share::{Governor, GovernorConfig, SessionMeter, ShareReport};
+use wanblk_tune::share::{EnsemblePacer, Governor, GovernorConfig, SessionMeter, ShareReport};
 use wanblk_tune::{Controller, DemandSample, IntervalSample, ProgressPoint, Timing, TuningReport};
 
 pub use connect::{Scheme, connector, is_remote};
@@ -268,6 +268,7 @@ impl Remote {
             ctl,
             governor,
             host,
+            self.options.ensemble_pacing.then(|| (EnsemblePacer::new(), self.options.rate_cap_bytes_per_s)),
             self.pools.clone(),
             completed,
             Arc::clone(&self.sessions),

@@ -120,6 +120,9 @@ pub struct RemoteOptions {
     /// Whether the copies of this host on the same path share one session
     /// budget (the host's coordinator).
     pub share_scope: ShareScope,
+    /// Pace the sessions together at the measured goodput while the path
+    /// is full and shared ([`wanblk_tune::share::pacing`]).
+    pub ensemble_pacing: bool,
 }
 
 /// Which copies share one session budget (`--share-scope`).
@@ -171,6 +174,7 @@ impl Default for RemoteOptions {
             sessions_view: false,
             share: ShareMode::default(),
             share_scope: ShareScope::default(),
+            ensemble_pacing: false,
         }
     }
 }

@@ -18,14 +18,18 @@
 //! - [`host`]: several copies on one host: the coordinator's protocol
 //!   (one ASCII line per message) and [`HostBudget`], which splits the N
 //!   one copy needs between the copies sharing a path.
+//! - [`EnsemblePacer`]: with `--ensemble-pacing`, one paced rate for the
+//!   N sessions while the path is full and shared.
 
 pub mod governor;
 pub mod host;
 mod meter;
+pub mod pacing;
 
 pub use governor::{CeilingChange, Governor, GovernorConfig, PathObservation, ShareMode};
 pub use host::{Grant, HostBudget};
 pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareReport, median, render_table};
+pub use pacing::EnsemblePacer;
 
 /// Jain's fairness index of `xs`: (sum x)^2 / (n x sum x^2); 1 = equal
 /// shares, 1/n = one of them carried everything. `None` for fewer than two

@@ -307,6 +307,15 @@ pub(crate) struct SessionArgs {
     #[arg(long, value_name = "SCOPE", default_value = "none")]
     pub(crate) share_scope: wanblk_remote::ShareScope,
 
+    /// Once `--share` has found the path full and shared, pace all
+    /// sessions together at the goodput they reach (plus 10 %), split
+    /// evenly between them, instead of letting each probe for more on its
+    /// own. Pacing shapes what wanblk sends, so it acts on writes (a
+    /// backup), not on reads. Off by default: see docs/results/share for
+    /// what it changed.
+    #[arg(long)]
+    pub(crate) ensemble_pacing: bool,
+
     /// Print a table of the sessions every second on stderr instead of
     /// the progress bar: each session's goodput, congestion window, RTT,
     /// retransmits and share of the bytes, and Jain's fairness index of
@@ -397,6 +406,7 @@ impl SessionArgs {
             sessions_view: self.sessions_view,
             share: self.share,
             share_scope: self.share_scope,
+            ensemble_pacing: self.ensemble_pacing,
         }
     }
 }
