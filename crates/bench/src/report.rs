@@ -44,6 +44,23 @@ pub(crate) fn converged_at_s(report: &Report) -> Option<f64> {
     Some(report.samples.get(usize::try_from(i.saturating_sub(1)).ok()?)?.t_s)
 }
 
+/// How `report` recovered from a path change at `at_s` seconds, read from
+/// its samples rather than the tuner (the share governor's ceilings
+/// restart the tuner's search, which its own re-tune count does not
+/// show): the best goodput of a settled interval after the change, Mbit/s;
+/// the seconds after the change until a settled interval first reached 0.9
+/// of it; and the seconds after the change of the last change of N, with
+/// the N it ended at. `None` without settled samples after the change.
+pub(crate) fn recovery(report: &Report, at_s: f64) -> Option<(f64, f64, f64, usize)> {
+    let after: Vec<&wanblk_copy::Sample> =
+        report.samples.iter().filter(|s| s.t_s > at_s && !s.discarded).collect();
+    let best = after.iter().map(|s| s.goodput_mbps).fold(f64::NAN, f64::max);
+    let reached = after.iter().find(|s| s.goodput_mbps >= 0.9 * best)?.t_s - at_s;
+    let all: Vec<&wanblk_copy::Sample> = report.samples.iter().filter(|s| s.t_s > at_s).collect();
+    let last = all.windows(2).filter(|w| w[0].n != w[1].n).map(|w| w[1].t_s).last().unwrap_or(at_s) - at_s;
+    Some((best, reached, last, all.last()?.n))
+}
+
 /// `(t_s, value)` of every sample: goodput or N over time, for plots.
 pub(crate) fn timeline(report: &Report, value: fn(&wanblk_copy::Sample) -> f64) -> Vec<(f64, f64)> {
     report.samples.iter().map(|s| (s.t_s, value(s))).collect()
@@ -168,5 +185,22 @@ pub(crate) mod tests {
         assert!(e.starts_with("wanblk -C 4: report") && e.contains("missing field `data_bytes`"), "{e}");
         std::fs::write(&path, serde_json::to_string(&report(Vec::new())).unwrap()).unwrap();
         assert_eq!(read(&path, "x").unwrap(), report(Vec::new()));
+    }
+
+    #[test]
+    fn recovery_after_a_change_is_read_from_the_samples() {
+        let mut samples = vec![sample(10.0, 1.0, 900.0, 4), sample(31.0, 1.0, 500.0, 4)];
+        samples.push(Sample { discarded: true, ..sample(32.0, 1.0, 990.0, 8) });
+        samples.extend([
+            sample(33.0, 1.0, 700.0, 8),
+            sample(34.0, 1.0, 950.0, 16),
+            sample(36.0, 1.0, 940.0, 12),
+        ]);
+        let (best, reached, last, n) = recovery(&report(samples), 30.0).unwrap();
+        assert_eq!(best, 950.0, "a warm-up interval does not count");
+        assert!((reached - 4.0).abs() < 1e-9, "{reached}");
+        assert!((last - 6.0).abs() < 1e-9, "{last}");
+        assert_eq!(n, 12);
+        assert_eq!(recovery(&report(vec![sample(10.0, 1.0, 900.0, 4)]), 30.0), None);
     }
 }

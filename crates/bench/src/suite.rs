@@ -499,11 +499,17 @@ fn change_experiment(
         // Re-convergence: the last convergence after the change.
         let conv = converged_at_s(rep);
         let retunes = rep.tuning.as_ref().map_or(0, |t| t.retunes);
-        let note = match conv {
+        let tuner = match conv {
             Some(t) if t > at_s && retunes > 0 => {
-                format!("re-converged {:.1} s after the change", t - at_s)
+                format!("the tuner re-converged {:.1} s after the change", t - at_s)
             }
-            _ => format!("did not re-converge after the change (retunes: {retunes})"),
+            _ => format!("the tuner's own re-tunes: {retunes} (ceilings set by --share restart its search)"),
+        };
+        let note = match crate::report::recovery(rep, at_s) {
+            Some((best, reached, last, n)) => format!(
+                "after the change: 0.9 of the best interval ({best:.0} Mbit/s) first reached after {reached:.1} s; N last changed after {last:.1} s, ending at N = {n}; {tuner}"
+            ),
+            None => format!("no settled interval after the change; {tuner}"),
         };
         println!("    {note}");
         let _ = std::fs::write(rec.dir.join(format!("change-{label}.txt")), note + "\n");
