@@ -57,7 +57,8 @@ pub(crate) fn recovery(report: &Report, at_s: f64) -> Option<(f64, f64, f64, usi
     let best = after.iter().map(|s| s.goodput_mbps).fold(f64::NAN, f64::max);
     let reached = after.iter().find(|s| s.goodput_mbps >= 0.9 * best)?.t_s - at_s;
     let all: Vec<&wanblk_copy::Sample> = report.samples.iter().filter(|s| s.t_s > at_s).collect();
-    let last = all.windows(2).filter(|w| w[0].n != w[1].n).map(|w| w[1].t_s).last().unwrap_or(at_s) - at_s;
+    let last =
+        all.windows(2).filter(|w| w[0].n != w[1].n).map(|w| w[1].t_s).next_back().unwrap_or(at_s) - at_s;
     Some((best, reached, last, all.last()?.n))
 }
 
