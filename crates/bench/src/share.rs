@@ -221,7 +221,29 @@ struct Copy {
     name: String,
 }
 
-impl Bench<'_> {
+impl<'a> Bench<'a> {
+    /// The bench on `path` (started with `spec`), copies of `size` bytes,
+    /// its cases named with `label`; a fresh work directory.
+    fn new(
+        path: BenchPath,
+        spec: &PathSpec,
+        exe: &'a Path,
+        size: u64,
+        label: String,
+    ) -> anyhow::Result<Self> {
+        let work = tempfile::Builder::new().prefix("wanblk-share-").tempdir()?;
+        Ok(Bench {
+            path,
+            exe,
+            work,
+            congestion: spec.congestion.clone(),
+            alone_s: 0.0,
+            next_port: 5201,
+            size,
+            label,
+        })
+    }
+
     fn flows(&mut self, k: u32, secs: u32) -> anyhow::Result<Flows> {
         self.flows_dir(k, secs, true)
     }
@@ -468,17 +490,7 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         opts.delay_ms,
         opts.modes.join(", ")
     );
-    let work = tempfile::Builder::new().prefix("wanblk-share-").tempdir()?;
-    let mut b = Bench {
-        path,
-        exe,
-        work,
-        congestion: spec.congestion.clone(),
-        alone_s: 0.0,
-        next_port: 5201,
-        size: opts.size,
-        label: String::new(),
-    };
+    let mut b = Bench::new(path, &spec, exe, opts.size, String::new())?;
     let link = {
         let f = b.flows(8, 12)?;
         let ip = b.finish_flows(f)?;
@@ -531,17 +543,7 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         let path =
             BenchPath::start(&spec, exe, opts.size).with_context(|| format!("starting the {label} path"))?;
         println!("  path: {label}");
-        let work = tempfile::Builder::new().prefix("wanblk-share-").tempdir()?;
-        let mut b = Bench {
-            path,
-            exe,
-            work,
-            congestion: spec.congestion.clone(),
-            alone_s: 0.0,
-            next_port: 5201,
-            size: opts.size,
-            label,
-        };
+        let mut b = Bench::new(path, &spec, exe, opts.size, label)?;
         show(b.alone(first)?, &mut cases);
         if opts.copies.contains(&2) {
             show(b.together(2, first, true)?, &mut cases);
