@@ -12,8 +12,10 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
-use wanblk_testkit::{free_port, require_tool};
+use wanblk_testkit::{Peer, free_port, join_within, require_tool};
 
 /// The tests of this file run one at a time: two rate-limited copies side
 /// by side on a small host take CPU from each other, and the goodput each
@@ -98,4 +100,105 @@ fn auto_ends_at_the_known_best_n() {
     let seconds = r["seconds"].as_f64().unwrap();
     let final_at = r["timing"]["time_to_final_n_s"].as_f64().expect("time_to_final_n_s with auto");
     assert!(final_at < seconds, "N final at {final_at} s of {seconds} s");
+}
+
+/// The per-connection limit falls to 50 Mbit/s mid-copy (nbdkit's
+/// `connection-rate-file`), so the best N moves from 4 to 8: once auto has
+/// held N at the first knee, the change must make it search again and end
+/// at the new one (at most 1.5 x it). The test changes the limit when the
+/// progress lines (`--progress-json` on standard output) have shown an N
+/// at the first knee for 2 s, not after a fixed time.
+#[test]
+fn auto_tunes_again_when_the_limit_changes() {
+    use std::io::BufRead;
+    const SIZE: u64 = 1280 << 20;
+    const LOWER: u64 = PER_CONNECTION / 2;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    require_tool("nbdkit", "nbdkit");
+    let dir = tempdir();
+    let port = free_port();
+    let rate_file = dir.path().join("connection-rate");
+    let (_nbdkit, uri) = peers::nbdkit_tcp(
+        port,
+        &[
+            "--filter=rate",
+            "pattern",
+            &SIZE.to_string(),
+            &format!("connection-rate={PER_CONNECTION}"),
+            &format!("connection-rate-file={}", rate_file.display()),
+            &format!("rate={TOTAL}"),
+            &format!("burstiness={BURST_S}"),
+        ],
+    );
+    let rep = dir.path().join("auto.json");
+    let mut child = wanblk()
+        .args(["copy", &uri, "null:", "-C", "auto", "--max-connections", "16", "--checksum"])
+        .args(["--progress=1", "--progress-json", "--progress-interval", "0.25"])
+        .args(["--report", rep.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start wanblk copy");
+    let stdout = child.stdout.take().unwrap();
+    let mut copy = Peer::adopt("wanblk copy", child);
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait until N has stayed at the first knee for 2 s, then lower the
+    // limit.
+    let deadline = std::time::Instant::now() + COPY_TIMEOUT;
+    let mut held: Option<(u64, f64)> = None;
+    let mut changed_at = None;
+    let mut sha = None;
+    while std::time::Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) else { break };
+        let Ok(p) = serde_json::from_str::<serde_json::Value>(&line) else {
+            sha = Some(line.trim().to_string());
+            continue;
+        };
+        let (Some(t), Some(n)) = (p["t_s"].as_f64(), p["sessions"].as_u64()) else { continue };
+        if changed_at.is_some() || n == 0 {
+            continue;
+        }
+        match held {
+            Some((m, since)) if m == n && t - since >= 2.0 && (KNEE..=KNEE * 3 / 2).contains(&n) => {
+                let tmp = dir.path().join("connection-rate.new");
+                std::fs::write(&tmp, LOWER.to_string()).unwrap();
+                std::fs::rename(&tmp, &rate_file).unwrap();
+                changed_at = Some((t, n));
+            }
+            Some((m, _)) if m == n => {}
+            _ => held = Some((n, t)),
+        }
+    }
+    let status = copy.wait_within(Duration::from_secs(30));
+    join_within(reader, Duration::from_secs(10), "progress reader");
+    assert!(status.success(), "wanblk copy failed: {status}");
+    let r = report(&rep);
+    let samples: Vec<(f64, u64, f64)> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| (s["t_s"].as_f64().unwrap(), s["n"].as_u64().unwrap(), s["goodput_mbps"].as_f64().unwrap()))
+        .collect();
+    let (t_change, n_before) = changed_at
+        .unwrap_or_else(|| panic!("N never held still for 2 s: samples (t, N, Mbit/s) {samples:?}"));
+    assert!(
+        (KNEE..=KNEE * 3 / 2).contains(&n_before),
+        "N held at {n_before} before the change at {t_change:.1} s; the best N was {KNEE}: samples (t, N, \
+         Mbit/s) {samples:?}"
+    );
+    assert_eq!(sha.as_deref(), Some(pattern_sha256(SIZE).as_str()), "the data is nbdkit's pattern");
+    let knee = TOTAL / LOWER;
+    let final_n = r["connections"].as_u64().unwrap();
+    let after: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t >= t_change).collect();
+    assert!(
+        (knee..=knee * 3 / 2).contains(&final_n),
+        "after the limit fell at {t_change:.1} s auto ended at N = {final_n}; the best N is {knee}: samples \
+         since (t, N, Mbit/s) {after:?}"
+    );
 }
