@@ -103,7 +103,7 @@ pub struct ResampleConfig {
     /// [`Tuner`](crate::Tuner)): with the noise estimate, a point is better
     /// (or still on a plateau) only by more than [`NOISE_SIGMAS`](crate::NOISE_SIGMAS)
     /// standard errors of the difference of the two means beyond the
-    /// tolerance, and before there is an estimate, a win by less than
+    /// tolerance, and whatever the estimate, a win by less than
     /// [`CONFIRM_WIN`](crate::CONFIRM_WIN) is measured again. Off: the
     /// tolerance alone decides.
     #[serde(default)]
