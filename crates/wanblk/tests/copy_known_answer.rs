@@ -193,12 +193,22 @@ fn auto_tunes_again_when_the_limit_changes() {
          Mbit/s) {samples:?}"
     );
     assert_eq!(sha.as_deref(), Some(pattern_sha256(SIZE).as_str()), "the data is nbdkit's pattern");
+    // The tuner's decisions (N, Mbit/s, next N), for the messages below.
+    let steps: Vec<(u64, f64, u64)> = r["tuning"]["steps"]
+        .as_array()
+        .expect("tuning steps")
+        .iter()
+        .map(|s| {
+            let g = s["goodput_bytes_per_s"].as_f64().unwrap() * 8e-6;
+            (s["n"].as_u64().unwrap(), (g * 10.0).round() / 10.0, s["next_n"].as_u64().unwrap())
+        })
+        .collect();
     let knee = TOTAL / LOWER;
     let final_n = r["connections"].as_u64().unwrap();
     let after: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t >= t_change).collect();
     assert!(
         (knee..=knee * 3 / 2).contains(&final_n),
         "after the limit fell at {t_change:.1} s auto ended at N = {final_n}; the best N is {knee}: samples \
-         since (t, N, Mbit/s) {after:?}"
+         since (t, N, Mbit/s) {after:?}; decisions (N, Mbit/s, next N) {steps:?}"
     );
 }
