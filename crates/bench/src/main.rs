@@ -116,7 +116,8 @@ struct RunArgs {
     /// measured iperf3 ceiling (at line rate for `iscsi`).
     #[arg(long, default_value_t = 24.0)]
     image_secs: f64,
-    /// With `--profile full`: run only these parts (comma-separated) of
+    /// With `--profile quick`: run only these parts (comma-separated) of
+    /// main, change; with `--profile full`: of
     /// main, delay, delay-capped, bandwidth, bandwidth-capped, loss,
     /// change; with `--profile frontend`: of mount, serve, direct (the
     /// three ways to the disk), memory, 100ms, 20ms (the paths)
@@ -252,8 +253,8 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
         ),
         profile => {
             anyhow::ensure!(
-                args.parts.is_empty() || profile == "full",
-                "--parts selects parts of `--profile full` or `--profile frontend`"
+                args.parts.is_empty() || profile == "full" || profile == "quick",
+                "--parts selects parts of `--profile quick`, `full` or `frontend`"
             );
             let level = if profile == "full" {
                 wanblk_bench::suite::Level::Full

@@ -644,9 +644,17 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
     let mut rec = Recorder { dir: opts.out_dir.clone(), rows: Vec::new(), failures: Vec::new() };
     let both = [Direction::Restore, Direction::Backup];
     let main = PathSpec::new(1000, 50.0);
+    let part = |p: &str| opts.parts.is_empty() || opts.parts.iter().any(|x| x == p);
     match opts.level {
         Level::Quick => {
-            path_experiments(
+            for p in &opts.parts {
+                anyhow::ensure!(
+                    ["main", "change"].contains(&p.as_str()),
+                    "unknown part `{p}` of the quick profile (parts: main, change)"
+                );
+            }
+            if part("main") {
+                path_experiments(
                 &mut rec,
                 exe,
                 &main,
@@ -657,10 +665,12 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
                 &[1, 8],
                 true,
             )?;
-            change_experiment(&mut rec, exe, &main, "delay 200ms", 30.0, 60.0)?;
+            }
+            if part("change") {
+                change_experiment(&mut rec, exe, &main, "delay 200ms", 30.0, 60.0)?;
+            }
         }
         Level::Full => {
-            let part = |p: &str| opts.parts.is_empty() || opts.parts.iter().any(|x| x == p);
             let fixed = [1, 2, 4, 8, 16, 32, 64, 128];
             let sweep = [(1, 1), (4, 4), (8, 8), (16, 16), (32, 32), (64, 64)];
             if part("main") {

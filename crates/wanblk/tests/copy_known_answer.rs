@@ -206,9 +206,12 @@ fn auto_tunes_again_when_the_limit_changes() {
     let knee = TOTAL / LOWER;
     let final_n = r["connections"].as_u64().unwrap();
     let after: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t >= t_change).collect();
+    let before: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t < t_change).collect();
+    let retunes = &r["tuning"]["retunes"];
     assert!(
         (knee..=knee * 3 / 2).contains(&final_n),
         "after the limit fell at {t_change:.1} s auto ended at N = {final_n}; the best N is {knee}: samples \
-         since (t, N, Mbit/s) {after:?}; decisions (N, Mbit/s, next N) {steps:?}"
+         since (t, N, Mbit/s) {after:?}; decisions (N, Mbit/s, next N) {steps:?}; re-tunes {retunes}; samples \
+         before {before:?}"
     );
 }
