@@ -655,16 +655,16 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
             }
             if part("main") {
                 path_experiments(
-                &mut rec,
-                exe,
-                &main,
-                opts,
-                &[1, 2, 4, 8, 16, 32],
-                &both,
-                &[(4, 4), (8, 8), (16, 16)],
-                &[1, 8],
-                true,
-            )?;
+                    &mut rec,
+                    exe,
+                    &main,
+                    opts,
+                    &[1, 2, 4, 8, 16, 32],
+                    &both,
+                    &[(4, 4), (8, 8), (16, 16)],
+                    &[1, 8],
+                    true,
+                )?;
             }
             if part("change") {
                 change_experiment(&mut rec, exe, &main, "delay 200ms", 30.0, 60.0)?;

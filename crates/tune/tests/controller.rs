@@ -383,8 +383,9 @@ fn used(samples: &[IntervalSample]) -> impl Iterator<Item = &IntervalSample> {
 /// 1 Gbit/s, 100 ms RTT, 1 MiB windows; a new session needs 4 round trips
 /// to connect (TCP and the protocol's handshake). Warm spares are open
 /// before an increase needs them, and without them the warm-up waits for
-/// the new sessions; with neither (nor settling), the first sample of a
-/// larger N counts handshakes and reads low.
+/// the new sessions; with neither (nor settling), the interval that began
+/// before they connected is left out; with none of these, the first
+/// sample of a larger N counts handshakes and reads low.
 #[test]
 fn new_sessions_connect_before_they_are_measured() {
     let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
@@ -415,7 +416,8 @@ fn new_sessions_connect_before_they_are_measured() {
     show("no spares", c.samples());
     assert_eq!(low(&c, &sim), 0);
     assert!(c.samples().iter().skip(1).any(|s| s.connect_wait_s >= 0.3), "the handshakes were waited for");
-    // Neither, nor settling: the handshakes land in the measurement.
+    // No spares and no connect wait: the interval that began before the
+    // sessions connected is left out (partial), none reads low.
     let (c, sim) = run(ControllerConfig {
         warm_spares: false,
         connect_wait_max: Duration::ZERO,
@@ -423,7 +425,18 @@ fn new_sessions_connect_before_they_are_measured() {
         ..tuned()
     });
     show("no spares, no connect wait, no settling", c.samples());
-    assert!(low(&c, &sim) > 0, "the check above cannot fail");
+    assert_eq!(low(&c, &sim), 0);
+    assert!(c.samples().iter().any(|s| s.partial && s.discarded), "an interval lacked sessions");
+    // None of these: the handshakes land in the measurement.
+    let (c, sim) = run(ControllerConfig {
+        warm_spares: false,
+        connect_wait_max: Duration::ZERO,
+        settle_max: Duration::ZERO,
+        skip_partial: false,
+        ..tuned()
+    });
+    show("no spares, no connect wait, no settling, partial intervals kept", c.samples());
+    assert!(low(&c, &sim) > 0, "the checks above cannot fail");
 }
 
 /// 10 Gbit/s, 100 ms RTT, random loss that holds every connection to

@@ -258,6 +258,9 @@ pub(crate) struct TransportDelta {
     pub(crate) fairness: Option<f64>,
     /// Segments our sockets retransmitted (meaningful where we send).
     pub(crate) retransmits: u64,
+    /// Active sessions not seen at the previous call (opened since): their
+    /// bytes of this interval are not in `per_pool`.
+    pub(crate) fresh_active: usize,
 }
 
 /// Jain's fairness index of `xs`: (sum x)^2 / (n * sum x^2); 1 = equal
@@ -286,6 +289,8 @@ impl TransportMeter {
                     if s.active {
                         shares.push(moved as f64);
                     }
+                } else if s.active {
+                    d.fresh_active += 1;
                 }
                 now.insert((p, s.index), (tcp.bytes, tcp.total_retrans));
             }
@@ -347,11 +352,14 @@ mod tests {
         };
         let mut m = TransportMeter::default();
         assert_eq!(m.delta(&c(vec![s(0, true, 100)])).unwrap().per_pool, vec![0]);
-        // Session 1 is new: not counted until seen twice.
+        // Session 1 is new: not counted until seen twice, and said so.
         let d = m.delta(&c(vec![s(0, true, 300), s(1, true, 50)])).unwrap();
-        assert_eq!(d.per_pool, vec![200]);
+        assert_eq!((d.per_pool.clone(), d.fresh_active), (vec![200], 1));
         let d = m.delta(&c(vec![s(0, true, 400), s(1, true, 150)])).unwrap();
-        assert_eq!((d.per_pool[0], d.fairness), (200, Some(1.0)));
+        assert_eq!((d.per_pool[0], d.fairness, d.fresh_active), (200, Some(1.0), 0));
+        // A new idle session (a warm spare) is not an active one missing.
+        let d = m.delta(&c(vec![s(0, true, 500), s(1, true, 250), s(3, false, 9)])).unwrap();
+        assert_eq!(d.fresh_active, 0);
         let unix = SessionCounters { index: 2, active: true, in_flight: 1, tcp: None };
         assert!(m.delta(&c(vec![s(0, true, 500), unix])).is_none());
         let idle = SessionCounters { active: false, ..unix };

@@ -134,6 +134,11 @@ pub struct ControllerConfig {
     /// With a tuner: give the tuner [`Signals`] (off: goodput alone, as
     /// in the paper).
     pub signals: bool,
+    /// With a tuner: an interval through which fewer than N active
+    /// sessions carried data (one connecting, or opened during it) is not
+    /// given to the tuner, at most [`PARTIAL_RUN_MAX`] in a row
+    /// ([`IntervalSample::partial`]).
+    pub skip_partial: bool,
     /// An interval whose request slots were busy less than this share of
     /// the time is demand-limited and not given to the tuner (0: every
     /// interval is; see [`DEMAND_LIMITED`]).
@@ -156,6 +161,11 @@ pub struct ControllerConfig {
     pub halves_agree: f64,
 }
 
+/// Intervals in a row that may be left out of the tuning because they
+/// lacked sessions ([`IntervalSample::partial`]): a session that never
+/// connects must not stop the search.
+pub const PARTIAL_RUN_MAX: u32 = 2;
+
 /// Default of [`ControllerConfig::halves_agree`].
 pub const HALVES_AGREE: f64 = 0.1;
 
@@ -165,8 +175,8 @@ pub const AT_RATE_CAP: f64 = 0.9;
 impl ControllerConfig {
     /// `parallelism` with an automatic interval (the default policy),
     /// request sizing, a 3 s drain wait, warm spares, a 5 s connect wait,
-    /// settling warm-ups of at most 4 s, small-path sense, signals, demand
-    /// detection, and no rate cap.
+    /// settling warm-ups of at most 4 s, small-path sense, signals, partial
+    /// intervals left out, demand detection, and no rate cap.
     pub fn new(parallelism: Parallelism) -> Self {
         ControllerConfig {
             parallelism,
@@ -178,6 +188,7 @@ impl ControllerConfig {
             settle_max: SETTLE_MAX,
             small_path: true,
             signals: true,
+            skip_partial: true,
             demand_limited: DEMAND_LIMITED,
             rate_cap_bytes_per_s: None,
             cores: 0,
@@ -186,8 +197,8 @@ impl ControllerConfig {
     }
 
     /// Only what the paper's experiments did: no request sizing, spares,
-    /// connect wait, settling, small-path sense, signals or demand
-    /// detection (the tuner sees every interval; the drain wait stays:
+    /// connect wait, settling, small-path sense, signals, partial intervals
+    /// left out or demand detection (the tuner sees every interval; the drain wait stays:
     /// without it the paper's measurement is wrong, see docs/results).
     pub fn paper(parallelism: Parallelism) -> Self {
         ControllerConfig {
@@ -197,6 +208,7 @@ impl ControllerConfig {
             settle_max: Duration::ZERO,
             small_path: false,
             signals: false,
+            skip_partial: false,
             demand_limited: 0.0,
             halves_agree: 0.0,
             ..ControllerConfig::new(parallelism)
@@ -395,6 +407,8 @@ pub struct Controller {
     path_base_s: Option<f64>,
     /// The halves rule lengthened the interval being closed.
     bursty: bool,
+    /// Intervals in a row left out because they lacked sessions.
+    partial_run: u32,
     state: State,
     samples: Vec<IntervalSample>,
     progress: Vec<ProgressPoint>,
@@ -459,6 +473,7 @@ impl Controller {
             path_rtt_s: rtt,
             path_base_s: None,
             bursty: false,
+            partial_run: 0,
             state: State::Starting { at: now },
             samples: Vec::new(),
             progress: Vec::new(),
@@ -882,13 +897,23 @@ impl Controller {
         let goodput = transport_rate.unwrap_or(completed_rate);
         let busy = self.slots_busy(counters, dt);
         let demand_limited = self.tuner.is_some() && busy.is_some_and(|b| b < self.config.demand_limited);
+        // Sessions that were not there for the whole interval: the sample
+        // measured fewer than N (on a busy host a new session can connect
+        // after the warm-up already ended).
+        let n = self.decision.active;
+        let lacking = counters.active_open() < n || transport.as_ref().is_some_and(|t| t.fresh_active > 0);
+        let partial = !last
+            && self.config.skip_partial
+            && self.tuner.is_some()
+            && lacking
+            && self.partial_run < PARTIAL_RUN_MAX;
+        self.partial_run = if partial { self.partial_run + 1 } else { 0 };
         // At the user's rate cap more sessions cannot help: a full path.
         let capped = self
             .config
             .rate_cap_bytes_per_s
             .is_some_and(|cap| goodput.is_finite() && goodput >= cap * AT_RATE_CAP);
         let standing_queue = if capped { Some(true) } else { counters.standing_queue_over(self.path_base_s) };
-        let n = self.decision.active;
         let mut sample = IntervalSample {
             t_s: now.saturating_duration_since(self.start).as_secs_f64(),
             n,
@@ -899,7 +924,8 @@ impl Controller {
             retransmits: transport.as_ref().map_or(0, |t| t.retransmits),
             duration_s: dt,
             rtt_ms: rtt_s * 1e3,
-            discarded: last || demand_limited,
+            discarded: last || demand_limited || partial,
+            partial,
             drain_wait_s: waits.0,
             connect_wait_s: waits.1,
             busy,
@@ -910,7 +936,7 @@ impl Controller {
         };
         self.last_t = now;
         self.last_completed = counters.completed_bytes;
-        if !last && !demand_limited {
+        if !last && !demand_limited && !partial {
             self.last_goodput = goodput;
             if goodput.is_finite() {
                 self.best_goodput = self.best_goodput.max(goodput);

@@ -31,9 +31,17 @@ pub struct IntervalSample {
     pub duration_s: f64,
     /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
     pub rtt_ms: f64,
-    /// The tuner ignored this sample (warm-up after a change of N, or the
-    /// partial last interval).
+    /// The tuner ignored this sample (warm-up after a change of N, the
+    /// partial last interval, an interval that lacked sessions
+    /// ([`partial`](Self::partial)) or one the application's demand set).
     pub discarded: bool,
+    /// Fewer than [`n`](Self::n) active sessions carried data through the
+    /// whole interval (one still connecting, or opened during it): the
+    /// goodput measured fewer sessions than N, and the tuner was not given
+    /// the sample (at most [`PARTIAL_RUN_MAX`](crate::PARTIAL_RUN_MAX)
+    /// intervals in a row).
+    #[serde(default)]
+    pub partial: bool,
     /// Seconds spent, before this interval, waiting for sessions the tuner
     /// deactivated to finish their requests (0 when N did not decrease).
     pub drain_wait_s: f64,
