@@ -95,6 +95,7 @@ pub(crate) mod tests {
             duration_s,
             rtt_ms: 100.0,
             discarded: false,
+            partial: false,
             drain_wait_s: 0.0,
             connect_wait_s: 0.0,
             busy: None,

@@ -236,6 +236,7 @@ mod tests {
             duration_s: 0.5,
             rtt_ms: 100.0,
             discarded: false,
+            partial: false,
             drain_wait_s: 0.0,
             connect_wait_s: 0.0,
             busy: Some(0.97),
