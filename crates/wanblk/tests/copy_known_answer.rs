@@ -46,23 +46,29 @@ fn top(knee: u64) -> u64 {
 /// seconds.
 const SIZE: u64 = 640 << 20;
 
+/// nbdkit serving its pattern of `size` bytes over TCP on loopback behind
+/// the `rate` filter with this file's limits (and `extra` filter
+/// parameters), and its URI.
+fn limited_nbdkit(size: u64, extra: &[String]) -> (Peer, String) {
+    let mut args = vec![
+        "--filter=rate".to_string(),
+        "pattern".to_string(),
+        size.to_string(),
+        format!("connection-rate={PER_CONNECTION}"),
+        format!("rate={TOTAL}"),
+        format!("burstiness={BURST_S}"),
+    ];
+    args.extend_from_slice(extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    peers::nbdkit_tcp(free_port(), &args)
+}
+
 #[test]
 fn auto_ends_at_the_known_best_n() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
-    let port = free_port();
-    let (_nbdkit, uri) = peers::nbdkit_tcp(
-        port,
-        &[
-            "--filter=rate",
-            "pattern",
-            &SIZE.to_string(),
-            &format!("connection-rate={PER_CONNECTION}"),
-            &format!("rate={TOTAL}"),
-            &format!("burstiness={BURST_S}"),
-        ],
-    );
+    let (_nbdkit, uri) = limited_nbdkit(SIZE, &[]);
     let rep = dir.path().join("auto.json");
     let out = copy_ok(&[
         &uri,
@@ -128,20 +134,8 @@ fn auto_tunes_again_when_the_limit_changes() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
-    let port = free_port();
     let rate_file = dir.path().join("connection-rate");
-    let (_nbdkit, uri) = peers::nbdkit_tcp(
-        port,
-        &[
-            "--filter=rate",
-            "pattern",
-            &SIZE.to_string(),
-            &format!("connection-rate={PER_CONNECTION}"),
-            &format!("connection-rate-file={}", rate_file.display()),
-            &format!("rate={TOTAL}"),
-            &format!("burstiness={BURST_S}"),
-        ],
-    );
+    let (_nbdkit, uri) = limited_nbdkit(SIZE, &[format!("connection-rate-file={}", rate_file.display())]);
     let rep = dir.path().join("auto.json");
     let mut child = wanblk()
         .args(["copy", &uri, "null:", "-C", "auto", "--max-connections", "32", "--checksum"])
