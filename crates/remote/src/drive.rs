@@ -145,6 +145,10 @@ pub(crate) async fn run(
                 applied = ceiling;
                 decision = ctl.set_ceiling(ceiling).or(decision);
             }
+            if let Some(n0) = governor.take_restart() {
+                tracing::info!(n0, "share: the path changed, the search starts again");
+                decision = ctl.restart_search(n0).or(decision);
+            }
         }
         if let Some(d) = decision {
             apply(&pools, d);

@@ -62,6 +62,18 @@ struct Run {
     theirs: f64,
     /// Goodput per interval as the controller measured it.
     samples: Vec<(usize, f64)>,
+    /// When each interval ended, seconds of simulated time.
+    times: Vec<f64>,
+}
+
+impl Run {
+    /// Seconds after `at` until an interval moved `mbps` or more again,
+    /// once one after `at` had moved less.
+    fn reached_after(&self, at: f64, mbps: f64) -> Option<f64> {
+        let mut after = self.times.iter().zip(&self.samples).filter(|(t, _)| **t > at);
+        after.find(|(_, (_, g))| *g < mbps)?;
+        after.find(|(_, (_, g))| *g >= mbps).map(|(t, _)| t - at)
+    }
 }
 
 /// Drives the real controller (and, with `share`, the governor as the
@@ -141,6 +153,9 @@ fn simulate_path(other: Other, share: Option<ShareMode>, seconds: f64, step: Opt
             if let Some(c) = g.observe(&o) {
                 decision = ctl.set_ceiling(c).or(decision);
             }
+            if let Some(n0) = g.take_restart() {
+                decision = ctl.restart_search(n0).or(decision);
+            }
             ctl.set_path_base_rtt(g.path_base_rtt_s());
         }
         if let Some(d) = decision {
@@ -152,6 +167,7 @@ fn simulate_path(other: Other, share: Option<ShareMode>, seconds: f64, step: Opt
         ours: ours / 60.0,
         theirs: theirs / 60.0,
         samples: ctl.samples().iter().map(|s| (s.n, s.goodput_mbps)).collect(),
+        times: ctl.samples().iter().map(|s| s.t_s).collect(),
     }
 }
 
@@ -225,12 +241,26 @@ fn a_longer_path_is_not_read_as_a_full_one() {
     let step = Some((60.0, 0.4));
     let greedy = simulate_path(Other::Nobody, Some(ShareMode::Greedy), 300.0, step);
     let fair = simulate_path(Other::Nobody, Some(ShareMode::Fair), 300.0, step);
+    let link = CAPACITY * 8e-6;
+    let (fair_back, greedy_back) =
+        (fair.reached_after(60.0, 0.9 * link), greedy.reached_after(60.0, 0.9 * link));
     eprintln!(
-        "fair {:.0} Mbit/s, N {:?}; greedy {:.0}, N {:?}",
+        "fair {:.0} Mbit/s, N {:?}, 0.9 of the link {fair_back:?} s after the change; greedy {:.0}, N {:?}, {greedy_back:?} s",
         fair.ours * 8e-6,
         &fair.n[fair.n.len() - 5..],
         greedy.ours * 8e-6,
         &greedy.n[greedy.n.len() - 5..]
+    );
+    // The governor first reads the longer path as a queue and cuts N to
+    // find out; that costs a few intervals, not a climb from N = 2 (23 s
+    // before the search restarted from the N that refills the path).
+    let (Some(fair_back), Some(greedy_back)) = (fair_back, greedy_back) else {
+        panic!("the link was not filled again: fair N {:?}, greedy N {:?}", fair.n, greedy.n)
+    };
+    assert!(
+        fair_back <= greedy_back + 4.0,
+        "fair took {fair_back:.1} s to fill the longer path, greedy {greedy_back:.1} s; N {:?}",
+        fair.n
     );
     // 36 windows of a ninth of the first path's BDP fill the longer one.
     assert!(late_max_n(&greedy) >= 30, "greedy fills the longer path: N {:?}", greedy.n);

@@ -700,6 +700,26 @@ impl Controller {
         let n0 = tuner.current().clamp(n_lo, n_max);
         let n_min = if lowered { n_max } else { n_lo };
         let tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
+        self.replace_tuner(tuner)
+    }
+
+    /// Starts the tuner's search again from `n0` (clamped to the
+    /// configured range and the ceiling): the share governor's hook after
+    /// a path change ([`Governor::take_restart`](crate::share::Governor::take_restart)).
+    /// Returns the decision if N changed. A fixed N is left alone.
+    pub fn restart_search(&mut self, n0: usize) -> Option<Decision> {
+        let tuner = self.tuner.as_ref()?;
+        let cfg = tuner.config().clone();
+        let n0 = n0.clamp(cfg.n_min, cfg.n_max);
+        if n0 == tuner.current() {
+            return None;
+        }
+        let tuner = Tuner::new(TunerConfig { n0, ..cfg }).ok()?;
+        self.replace_tuner(tuner)
+    }
+
+    /// Puts `tuner` in place of the running one and follows its N.
+    fn replace_tuner(&mut self, tuner: Tuner) -> Option<Decision> {
         let before = self.decision.active;
         self.decision.active = tuner.current();
         self.tuner = Some(tuner);

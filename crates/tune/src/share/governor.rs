@@ -45,7 +45,13 @@
 //! have, the RTT is the path's, not ours. The governor then takes that RTT
 //! as the new base (from then on from the sessions' smoothed RTTs only,
 //! since `tcpi_min_rtt` still remembers the old path), forgets the
-//! per-session goodputs measured on the old path, and lifts its ceiling.
+//! per-session goodputs measured on the old path, and lifts its ceiling;
+//! the tuner's search starts again from the N that would carry the old
+//! path's best goodput at the per-session goodput now
+//! ([`Governor::take_restart`]), not from the N of the cut. To keep that
+//! test cheap, `fair` never cuts more than half of the sessions at once:
+//! behind a drop-tail queue of up to one BDP, a queue of ours never asks
+//! for more.
 //! `polite` does not do this: it yields to a queue whoever keeps it, so
 //! after a lasting rise of the path's delay it stays at few sessions.
 //!
@@ -222,6 +228,12 @@ pub struct Governor {
     /// After a re-base: a settled interval whose RTT read below the base,
     /// waiting for a second one to confirm it.
     low: Option<f64>,
+    /// Best goodput of all our sessions in a settled interval on this
+    /// path (the old path's after a re-base, until the next settled
+    /// interval), bytes per second.
+    best_bytes_per_s: f64,
+    /// After a re-base: the N the search should start again from.
+    restart: Option<usize>,
     changes: Vec<CeilingChange>,
 }
 
@@ -238,6 +250,8 @@ impl Governor {
             cut: None,
             rebased: false,
             low: None,
+            best_bytes_per_s: 0.0,
+            restart: None,
             changes: Vec::new(),
         }
     }
@@ -262,6 +276,16 @@ impl Governor {
     /// from ([`Controller::set_path_base_rtt`](crate::Controller::set_path_base_rtt)).
     pub fn path_base_rtt_s(&self) -> Option<f64> {
         if self.rebased { self.base_s } else { None }
+    }
+
+    /// After a re-base lifted the ceiling, once: the N the tuner's search
+    /// should start again from. It is the N that carries the best goodput
+    /// seen before the change at the per-session goodput measured after
+    /// it (a longer path with the same bottleneck needs that many of the
+    /// same windows), and never below the N before the cut. The search
+    /// then refines it; if the bottleneck changed too, it finds that.
+    pub fn take_restart(&mut self) -> Option<usize> {
+        self.restart.take()
     }
 
     /// Every change of the ceiling so far.
@@ -289,6 +313,9 @@ impl Governor {
         }
         if let Some(rebase) = self.path_changed(o, base) {
             return rebase;
+        }
+        if o.goodput_bytes_per_s.is_finite() {
+            self.best_bytes_per_s = self.best_bytes_per_s.max(o.goodput_bytes_per_s);
         }
         let base = self.base_s.unwrap_or(base);
         let queue = (o.rtt_s - base).max(0.0);
@@ -333,6 +360,15 @@ impl Governor {
             // The sessions that would carry the same windows with only
             // the allowed queue standing.
             let fill = (o.n as f64 * (base + allowed) / o.rtt_s).floor() as usize;
+            // `fair` cuts at most by half at a time: behind a drop-tail
+            // queue of up to one BDP a queue of ours never asks for more
+            // (RTT at most twice the base), so a deeper cut means a longer
+            // path or someone else's queue, and half the sessions are
+            // enough to tell which (see `path_changed`) at half the cost.
+            let fill = match self.config.mode {
+                ShareMode::Fair => fill.max(o.n.div_ceil(2)),
+                _ => fill,
+            };
             let target = fill.max(self.config.n_min);
             if target >= o.n && self.ceiling.is_none_or(|c| c >= o.n) {
                 // Our N is within what the path holds: the queue is not ours.
@@ -402,6 +438,11 @@ impl Governor {
         self.per_session.clear();
         self.full = 0;
         self.clean = 0;
+        let per_session = o.goodput_bytes_per_s / o.n as f64;
+        let refill = self.best_bytes_per_s / per_session;
+        let refill = if refill.is_finite() && refill > 0.0 { refill.ceil().min(1e6) as usize } else { 0 };
+        self.restart = Some(refill.max(cut.n));
+        self.best_bytes_per_s = 0.0;
         let lifted = self.ceiling.take().map(|_| None);
         self.changes.push(CeilingChange {
             t_s: o.t_s,
@@ -487,12 +528,19 @@ mod tests {
         let mut g = Governor::new(one(ShareMode::Fair));
         assert_eq!(g.observe(&obs(4, 100.5)), None);
         // The path's RTT steps from 100 to 400 ms; the sessions' smallest
-        // RTT still says 100 ms: 8 x 125 / 400 = 2.5.
-        assert_eq!(g.observe(&obs(8, 400.0)), Some(Some(2)));
+        // RTT still says 100 ms: 8 x 125 / 400 = 2.5, but `fair` takes at
+        // most half of the sessions away at once.
+        assert_eq!(g.observe(&obs(8, 400.0)), Some(Some(4)));
         assert_eq!(g.path_base_rtt_s(), None);
-        // With 2 sessions the RTT has not moved: it is the path's.
-        assert_eq!(g.observe(&obs(2, 400.0)), Some(None), "the ceiling is lifted");
+        assert_eq!(g.take_restart(), None);
+        // With 4 sessions the RTT has not moved: it is the path's.
+        assert_eq!(g.observe(&obs(4, 400.0)), Some(None), "the ceiling is lifted");
         assert_eq!(g.base_rtt_s(), Some(0.4));
+        // The search starts again where the old path's best goodput (4
+        // sessions at 100.5 ms: 39.8 MB/s) is carried at 2.5 MB/s per
+        // session, once.
+        assert_eq!(g.take_restart(), Some(16));
+        assert_eq!(g.take_restart(), None);
         assert_eq!(g.path_base_rtt_s(), Some(0.4));
         assert_eq!(g.changes().last().map(|c| c.base_rtt_ms), Some(400.0));
         // More sessions on the longer path: no queue, no ceiling, although
@@ -521,6 +569,18 @@ mod tests {
         assert_eq!(g.base_rtt_s(), Some(0.1));
         assert_eq!(g.path_base_rtt_s(), None);
         assert_eq!(g.ceiling(), Some(10));
+    }
+
+    #[test]
+    fn the_search_restarts_no_lower_than_before_the_cut() {
+        let mut g = Governor::new(one(ShareMode::Fair));
+        // The best goodput on the old path was measured with 2 sessions
+        // (8 MB/s); on the longer one 16 move 2.5 MB/s each, so that would
+        // need only 4 of them.
+        assert_eq!(g.observe(&PathObservation { goodput_bytes_per_s: 8e6, ..obs(2, 100.5) }), None);
+        assert_eq!(g.observe(&obs(16, 400.0)), Some(Some(8)));
+        assert_eq!(g.observe(&obs(8, 400.0)), Some(None));
+        assert_eq!(g.take_restart(), Some(16));
     }
 
     #[test]
