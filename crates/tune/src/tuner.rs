@@ -372,6 +372,19 @@ impl Tuner {
         })
     }
 
+    /// Keeps a search that has not decided anything yet at or above the
+    /// current N: fewer sessions are taken as known not to fill the path,
+    /// so a first point that finds the path full is the knee, and the
+    /// search only looks above it. For a search restarted because a
+    /// ceiling rose: the N it held is where the path was full, and the
+    /// question is whether more sessions now help, not whether fewer do.
+    pub fn search_above_current(&mut self) {
+        let floor = self.current.saturating_sub(1);
+        if let State::Up { lower, best: None, .. } = &mut self.state {
+            *lower = (*lower).max(floor);
+        }
+    }
+
     /// Keeps the search at or below `ceiling` sessions from now on (`None`:
     /// up to the configured `n_max` again). The controller sets it to the
     /// current N while goodput is at the user's rate cap, where more
@@ -1226,6 +1239,29 @@ mod tests {
         let mut t = Tuner::new(cfg).unwrap();
         let seen = run_with(&mut t, near, |n| Some(n > 4), 100);
         assert_eq!((seen, t.converged()), (vec![4, 16], Some(4)));
+    }
+
+    #[test]
+    fn a_search_kept_above_the_current_n_does_not_probe_below_it() {
+        // 4 sessions fill the path (a standing queue at 4): a fresh search
+        // from 4 probes below it for the knee; one restarted because a
+        // ceiling of 4 was raised to 5 only asks whether 5 helps.
+        let link = |n: usize| (n as f64 * 300.0).min(956.0);
+        let full = |n: usize| Some(n as f64 * 300.0 > 956.0);
+        let cfg = TunerConfig {
+            n0: 4,
+            n_max: 5,
+            discard_after_change: false,
+            resample: None,
+            ..TunerConfig::default()
+        };
+        let mut fresh = Tuner::new(cfg.clone()).unwrap();
+        let seen = run_with(&mut fresh, link, full, 100);
+        assert!(seen.iter().any(|n| *n < 4), "{seen:?}");
+        let mut raised = Tuner::new(cfg).unwrap();
+        raised.search_above_current();
+        let seen = run_with(&mut raised, link, full, 100);
+        assert_eq!((seen, raised.converged()), (vec![4], Some(4)));
     }
 
     #[test]

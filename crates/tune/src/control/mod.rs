@@ -684,7 +684,8 @@ impl Controller {
     /// (right after [`on_timeout`](Self::on_timeout) closed one). Below the
     /// current N, N is set to the ceiling and held there (the ceiling is
     /// where the path is full); above it, the search starts again from the
-    /// current N up to the new ceiling. Returns the decision if N changed.
+    /// current N up to the new ceiling, and not below the current N
+    /// ([`Tuner::search_above_current`]). Returns the decision if N changed.
     /// A fixed N is left alone.
     pub fn set_ceiling(&mut self, ceiling: Option<usize>) -> Option<Decision> {
         let Parallelism::Tuned(configured) = &self.config.parallelism else { return None };
@@ -699,7 +700,13 @@ impl Controller {
         let lowered = tuner.current() > n_max;
         let n0 = tuner.current().clamp(n_lo, n_max);
         let n_min = if lowered { n_max } else { n_lo };
-        let tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
+        let mut tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
+        if !lowered {
+            // A raised ceiling asks whether more sessions help now; the N
+            // held so far is not searched below (a probe at a quarter of
+            // it cost a quarter of the link for an interval).
+            tuner.search_above_current();
+        }
         self.replace_tuner(tuner)
     }
 
