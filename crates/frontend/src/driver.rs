@@ -43,6 +43,14 @@ struct Shared {
     handle: tokio::runtime::Handle,
     closed: AtomicBool,
     last_rtt_poll: AtomicU64,
+    /// The remote writes with FUA itself (not by a flush after the write).
+    native_fua: bool,
+    /// Write requests completed without FUA: a flush must cover them.
+    unforced: AtomicU64,
+    /// Flushes of the remote, one at a time; it holds how many of the
+    /// `unforced` writes had completed when the last successful flush was
+    /// sent (all of those are durable).
+    flushed: tokio::sync::Mutex<u64>,
 }
 
 /// The block device front end: read-ahead, a block cache and write-back
@@ -53,11 +61,17 @@ struct Shared {
 /// - A read returns the latest acknowledged write to every byte.
 /// - A write is acknowledged once it is in the write-back buffer (or, with
 ///   [`Config::write_through`], once the remote has it). A FUA write is
-///   acknowledged once it and every write before it are on the remote and
-///   the remote flushed.
+///   acknowledged once it and every write before it are durable on the
+///   remote.
 /// - [`Endpoint::flush`] returns once every write acknowledged before it is
-///   on the remote and the remote flushed. A crash of the process loses
-///   only writes that no completed flush covered.
+///   durable on the remote. A crash of the process loses only writes that
+///   no completed flush covered.
+/// - Durable on the remote means: written with FUA (runs sent while a
+///   flush or FUA write waits go with FUA, where the remote has it), or
+///   completed before a flush of the remote that succeeded. A flush of the
+///   remote is sent only when some write completed without FUA since the
+///   last one was sent, so an fsync after a small write costs one round
+///   trip, and one with nothing new costs none.
 /// - After the remote refuses a write (once the session pool's own retries
 ///   are exhausted), every later write and flush fails with that error.
 pub struct FrontEnd {
@@ -154,13 +168,18 @@ impl Shared {
     }
 
     async fn send(self: Arc<Self>, o: SendOrder) {
+        let fua = o.fua && self.native_fua;
         let result = match o.payload {
-            Payload::Data(b) => self.inner.write(o.offset, b, false).await,
+            Payload::Data(b) => self.inner.write(o.offset, b, fua).await,
             Payload::Zero { may_trim } => self.inner.write_zeroes(o.offset, o.len, may_trim).await,
             Payload::Trim => self.inner.trim(o.offset, o.len).await,
         };
         if let Err(e) = &result {
             tracing::warn!("write-back of {} bytes at {} failed: {e}", o.len, o.offset);
+        } else if !fua {
+            // Counted before the engine calls it written, so a flush that
+            // sees it written also sees it here.
+            self.unforced.fetch_add(1, Ordering::SeqCst);
         }
         {
             let mut st = self.lock();
@@ -204,16 +223,17 @@ impl Shared {
         }
     }
 
-    /// Waits until every write up to `seq` is on the remote.
-    async fn wait_written(&self, seq: u64) -> Result<()> {
-        struct Waiting<'a>(&'a Shared);
+    /// Waits until every write up to `seq` is on the remote; `durable`:
+    /// for a flush or a FUA write (runs sent meanwhile go with FUA).
+    async fn wait_written(&self, seq: u64, durable: bool) -> Result<()> {
+        struct Waiting<'a>(&'a Shared, bool);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
-                self.0.lock().engine.end_wait();
+                self.0.lock().engine.end_wait(self.1);
             }
         }
-        self.lock().engine.begin_wait();
-        let _guard = Waiting(self);
+        self.lock().engine.begin_wait(durable);
+        let _guard = Waiting(self, durable);
         self.wake.notify_one();
         loop {
             let changed = self.changed.notified();
@@ -250,6 +270,7 @@ impl FrontEnd {
     /// runtime: its tasks run there.
     pub fn new(inner: Arc<dyn Endpoint>, cfg: Config) -> FrontEnd {
         let mut caps = inner.capabilities();
+        let native_fua = caps.can_fua;
         // Flush and FUA are implemented here (on top of the remote's flush,
         // when it has one). All clients share this one cache, so they see
         // one consistent image.
@@ -266,6 +287,9 @@ impl FrontEnd {
             handle: tokio::runtime::Handle::current(),
             closed: AtomicBool::new(false),
             last_rtt_poll: AtomicU64::new(0),
+            native_fua,
+            unforced: AtomicU64::new(0),
+            flushed: tokio::sync::Mutex::new(0),
         });
         shared.handle.spawn(Arc::clone(&shared).flusher());
         FrontEnd { shared, caps }
@@ -324,7 +348,7 @@ impl FrontEnd {
         sh.wake.notify_one();
         let write_through = sh.lock().engine.config().write_through;
         if fua || write_through {
-            sh.wait_written(seq).await.map_err(|e| e.at(offset))?;
+            sh.wait_written(seq, fua).await.map_err(|e| e.at(offset))?;
             if fua {
                 self.flush_remote().await?;
             }
@@ -332,15 +356,26 @@ impl FrontEnd {
         Ok(())
     }
 
+    /// Makes every write completed so far durable: a flush of the remote,
+    /// unless every one of them went with FUA or completed before a flush
+    /// already sent (NBD's and SCSI's flush covers the writes completed
+    /// before it). An fsync after a small write sent with FUA then costs
+    /// one round trip, not two, and an fsync with nothing new costs none.
     async fn flush_remote(&self) -> Result<()> {
         let sh = &self.shared;
         if !sh.inner.capabilities().can_flush {
+            return Ok(());
+        }
+        let mut flushed = sh.flushed.lock().await;
+        let done = sh.unforced.load(Ordering::SeqCst);
+        if done <= *flushed {
             return Ok(());
         }
         if let Err(e) = sh.inner.flush().await {
             sh.lock().engine.fail(e.clone());
             return Err(e);
         }
+        *flushed = done;
         Ok(())
     }
 }
@@ -461,9 +496,21 @@ impl Endpoint for FrontEnd {
     }
 
     async fn flush(&self) -> Result<()> {
-        let seq = self.shared.lock().engine.seq();
-        self.shared.wait_written(seq).await?;
-        self.flush_remote().await
+        let t0 = std::time::Instant::now();
+        let (seq, held) = {
+            let st = self.shared.lock();
+            (st.engine.seq(), st.engine.buffered_bytes())
+        };
+        self.shared.wait_written(seq, true).await?;
+        let written = t0.elapsed();
+        let r = self.flush_remote().await;
+        tracing::debug!(
+            held,
+            written_ms = written.as_secs_f64() * 1e3,
+            flushed_ms = (t0.elapsed() - written).as_secs_f64() * 1e3,
+            "flush"
+        );
+        r
     }
 
     async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {

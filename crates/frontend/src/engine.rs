@@ -174,6 +174,10 @@ pub struct SendOrder {
     pub len: u64,
     /// What to send.
     pub payload: Payload,
+    /// Somebody waits for this data to be durable (a flush or a FUA
+    /// write): send it with FUA where the remote has it, so the wait does
+    /// not need a flush round trip after it (data runs only).
+    pub fua: bool,
 }
 
 /// Why a write was not accepted.
@@ -584,6 +588,8 @@ pub struct Engine {
     seq: u64,
     next_send: SendId,
     waiters: usize,
+    /// Of the waiters, those who wait for durability (flush, FUA).
+    durable_waiters: usize,
     failed: Option<EndpointError>,
     // reads
     clean: Clean,
@@ -618,6 +624,7 @@ impl Engine {
             seq: 0,
             next_send: 1,
             waiters: 0,
+            durable_waiters: 0,
             failed: None,
             clean: Clean::default(),
             fetches: HashMap::new(),
@@ -1039,7 +1046,8 @@ impl Engine {
         let len = run.len;
         self.flight.insert(start, Flight { content, len, seq_min: run.seq_min });
         self.stats.write_requests += 1;
-        Some(SendOrder { id, offset: start, len, payload })
+        let fua = self.durable_waiters > 0 && matches!(payload, Payload::Data(_));
+        Some(SendOrder { id, offset: start, len, payload, fua })
     }
 
     /// When [`Engine::poll_send`] should be asked again even if nothing
@@ -1102,14 +1110,20 @@ impl Engine {
         Ok(self.unwritten.keys().next().is_none_or(|&oldest| oldest > seq))
     }
 
-    /// Somebody waits for writes to reach the remote: send at once.
-    pub fn begin_wait(&mut self) {
+    /// Somebody waits for writes to reach the remote: send at once; with
+    /// `durable` (a flush, a FUA write) runs sent meanwhile carry
+    /// [`SendOrder::fua`].
+    pub fn begin_wait(&mut self, durable: bool) {
         self.waiters += 1;
+        self.durable_waiters += usize::from(durable);
     }
 
     /// The wait begun by [`Engine::begin_wait`] is over.
-    pub fn end_wait(&mut self) {
+    pub fn end_wait(&mut self, durable: bool) {
         self.waiters = self.waiters.saturating_sub(1);
+        if durable {
+            self.durable_waiters = self.durable_waiters.saturating_sub(1);
+        }
     }
 
     /// True if written bytes not yet on the remote overlap `[start, end)`.

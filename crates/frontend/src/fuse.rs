@@ -386,9 +386,13 @@ impl Filesystem for DiskFs {
         let n = data.len() as u32;
         let data = Bytes::copy_from_slice(data);
         let (ep, align) = (Arc::clone(&self.ep), self.align);
+        tracing::trace!(offset, n, "write");
         self.rt.spawn(async move {
             match write_aligned(&*ep, align, offset, data).await {
-                Ok(()) => reply.written(n),
+                Ok(()) => {
+                    tracing::trace!(offset, n, "written");
+                    reply.written(n)
+                }
                 Err(e) => {
                     tracing::warn!("write of {n} bytes at {offset}: {e}");
                     reply.error(errno(&e));
@@ -410,9 +414,13 @@ impl Filesystem for DiskFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let ep = Arc::clone(&self.ep);
+        tracing::trace!("fsync");
         self.rt.spawn(async move {
             match ep.flush().await {
-                Ok(()) => reply.ok(),
+                Ok(()) => {
+                    tracing::trace!("fsynced");
+                    reply.ok()
+                }
                 Err(e) => {
                     tracing::warn!("fsync: {e}");
                     reply.error(Errno::EIO);

@@ -72,25 +72,90 @@ fn flush_returns_only_when_every_earlier_write_is_on_the_remote() {
             want[off as usize..(off + len) as usize].copy_from_slice(&data);
             fe.write(off, Bytes::from(data), false).await.unwrap();
         }
-        let flushes = remote.counts.flushes.load(Ordering::SeqCst);
         fe.flush().await.unwrap();
         assert_eq!(remote_bytes(&remote).await, want, "remote after flush");
-        assert_eq!(remote.counts.flushes.load(Ordering::SeqCst), flushes + 1, "the remote was flushed");
+        assert_eq!(remote.durable_bytes().await, want, "durable after flush");
     });
 }
 
 #[test]
-fn a_fua_write_is_on_the_remote_and_flushed_when_it_returns() {
+fn a_fua_write_is_durable_with_every_earlier_write_when_it_returns() {
+    for no_fua in [false, true] {
+        sim(async {
+            let remote = Remote::new(4 * MIB, (10_000, 30_000), 3);
+            remote.no_fua.store(no_fua, Ordering::SeqCst);
+            let fe = front(&remote, small());
+            fe.write(0, Bytes::from(vec![1u8; 4096]), false).await.unwrap();
+            fe.write(8192, Bytes::from(vec![2u8; 4096]), true).await.unwrap();
+            let r = remote.durable_bytes().await;
+            assert!(r[..4096].iter().all(|b| *b == 1), "the earlier write too (no FUA at the remote: {no_fua})");
+            assert!(r[8192..12288].iter().all(|b| *b == 2), "no FUA at the remote: {no_fua}");
+        });
+    }
+}
+
+#[test]
+fn an_fsync_after_a_small_write_costs_one_round_trip_and_one_with_nothing_new_none() {
     sim(async {
-        let remote = Remote::new(4 * MIB, (10_000, 30_000), 3);
+        let remote = Remote::new(4 * MIB, (50_000, 50_000), 11);
         let fe = front(&remote, small());
-        fe.write(0, Bytes::from(vec![1u8; 4096]), false).await.unwrap();
-        fe.write(8192, Bytes::from(vec![2u8; 4096]), true).await.unwrap();
-        let r = remote_bytes(&remote).await;
-        assert!(r[..4096].iter().all(|b| *b == 1), "the earlier write too");
-        assert!(r[8192..12288].iter().all(|b| *b == 2));
+        // A write and an fsync right after it (a journal's commit block):
+        // the write goes with FUA, no flush follows it.
+        let t0 = tokio::time::Instant::now();
+        fe.write(4096, Bytes::from(vec![5u8; 4096]), false).await.unwrap();
+        fe.flush().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(50), "one round trip");
+        assert_eq!(remote.counts.flushes.load(Ordering::SeqCst), 0);
+        assert_eq!(remote.counts.fua_writes.load(Ordering::SeqCst), 1);
+        assert!(remote.durable_bytes().await[4096..8192].iter().all(|b| *b == 5));
+        // Nothing written since: no flush at all.
+        let t1 = tokio::time::Instant::now();
+        fe.flush().await.unwrap();
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+        // A write that went out before the fsync (its coalescing delay
+        // ended) completed without FUA: the fsync flushes.
+        fe.write(0, Bytes::from(vec![6u8; 4096]), false).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        fe.flush().await.unwrap();
         assert_eq!(remote.counts.flushes.load(Ordering::SeqCst), 1);
+        assert!(remote.durable_bytes().await[..4096].iter().all(|b| *b == 6));
     });
+}
+
+#[test]
+fn every_flush_and_fua_write_leaves_what_came_before_durable() {
+    // Writes of random sizes and places, some FUA, flushes in between,
+    // random latencies: whenever a flush or a FUA write returns, a crash
+    // of the remote keeps every write acknowledged before it.
+    for (seed, no_fua) in [(21, false), (22, true), (23, false), (24, false)] {
+        sim(async {
+            let remote = Remote::new(4 * MIB, (1_000, 60_000), seed);
+            remote.no_fua.store(no_fua, Ordering::SeqCst);
+            let fe = Arc::new(front(&remote, small()));
+            let mut want = remote_bytes(&remote).await;
+            let mut x = seed;
+            for i in 0..300u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let off = x % (4 * MIB - 70_000);
+                let len = 1 + (x >> 20) % 65_536;
+                let data = vec![(i % 251) as u8 + 1; len as usize];
+                want[off as usize..(off + len) as usize].copy_from_slice(&data);
+                let fua = x % 17 == 0;
+                fe.write(off, Bytes::from(data), fua).await.unwrap();
+                if fua || x % 13 == 0 {
+                    if !fua {
+                        fe.flush().await.unwrap();
+                    }
+                    assert_eq!(remote.durable_bytes().await, want, "seed {seed}, write {i}, FUA {fua}");
+                }
+                if x % 5 == 0 {
+                    tokio::time::sleep(Duration::from_micros(x % 20_000)).await;
+                }
+            }
+        });
+    }
 }
 
 #[test]
@@ -130,6 +195,8 @@ fn a_failed_remote_flush_fails_and_sticks() {
         let remote = Remote::new(4 * MIB, (1_000, 5_000), 6);
         let fe = front(&remote, small());
         fe.write(0, Bytes::from(vec![1u8; 10]), false).await.unwrap();
+        // Sent (without FUA: nobody waited) before the flush comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         remote.fail_flush.store(true, Ordering::SeqCst);
         assert!(fe.flush().await.is_err());
         remote.fail_flush.store(false, Ordering::SeqCst);

@@ -1,6 +1,8 @@
 //! A memory store behind a simulated remote: each request waits a random
 //! latency (tokio time, so tests run paused in simulated time), writes can
-//! be made to fail, and every request is counted.
+//! be made to fail, and every request is counted. It also keeps what a
+//! crash of the remote would keep ([`Remote::durable_bytes`]): writes that
+//! went with FUA, and writes that completed before a flush was sent.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
@@ -23,6 +25,7 @@ pub struct Counts {
     pub write_bytes: AtomicU64,
     pub largest_write: AtomicU64,
     pub flushes: AtomicUsize,
+    pub fua_writes: AtomicUsize,
     pub in_flight: AtomicUsize,
     pub peak_in_flight: AtomicUsize,
 }
@@ -39,6 +42,13 @@ pub struct Remote {
     pub fail_flush: AtomicBool,
     /// Every request waits until this is false.
     pub stalled: AtomicBool,
+    /// Says it has no FUA (the front end then relies on flushes only).
+    pub no_fua: AtomicBool,
+    seed: u64,
+    /// Completed writes in order: offset, data, FUA.
+    log: Mutex<Vec<(u64, Bytes, bool)>>,
+    /// How many of `log` a successful flush covers.
+    flushed: AtomicUsize,
 }
 
 impl Remote {
@@ -60,7 +70,26 @@ impl Remote {
             fail_writes_after,
             fail_flush: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            no_fua: AtomicBool::new(false),
+            seed,
+            log: Mutex::new(Vec::new()),
+            flushed: AtomicUsize::new(0),
         })
+    }
+
+    /// What the remote would still hold after a crash (a power loss of its
+    /// volatile cache): its first content, then every completed write that
+    /// went with FUA or that a successful flush covers, in order.
+    pub async fn durable_bytes(&self) -> Vec<u8> {
+        let first = MemoryEndpoint::new("durable", self.size(), Fill::Random { seed: self.seed });
+        let covered = self.flushed.load(Ordering::SeqCst);
+        let log = self.log.lock().unwrap().clone();
+        for (i, (offset, data, fua)) in log.into_iter().enumerate() {
+            if fua || i < covered {
+                first.write(offset, data, false).await.unwrap();
+            }
+        }
+        first.read(0, self.size() as u32).await.unwrap().to_vec()
     }
 
     async fn delay(&self) {
@@ -91,7 +120,9 @@ impl Endpoint for Remote {
         self.store.size()
     }
     fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
+        let mut caps = self.store.capabilities();
+        caps.can_fua = !self.no_fua.load(Ordering::SeqCst);
+        caps
     }
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         self.delay().await;
@@ -108,22 +139,32 @@ impl Endpoint for Remote {
         }
         self.counts.write_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
         self.counts.largest_write.fetch_max(data.len() as u64, Ordering::SeqCst);
-        self.store.write(offset, data, fua).await
+        assert!(!fua || !self.no_fua.load(Ordering::SeqCst), "FUA sent to a remote without it");
+        self.counts.fua_writes.fetch_add(usize::from(fua), Ordering::SeqCst);
+        self.store.write(offset, data.clone(), fua).await?;
+        self.log.lock().unwrap().push((offset, data, fua));
+        Ok(())
     }
     async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> Result<()> {
         self.delay().await;
-        self.store.write_zeroes(offset, len, may_trim).await
+        self.store.write_zeroes(offset, len, may_trim).await?;
+        self.log.lock().unwrap().push((offset, Bytes::from(vec![0u8; len as usize]), false));
+        Ok(())
     }
     async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         self.delay().await;
         self.store.trim(offset, len).await
     }
     async fn flush(&self) -> Result<()> {
+        // It covers the writes completed when it arrives, not those that
+        // complete while it waits.
+        let covers = self.log.lock().unwrap().len();
         self.delay().await;
         self.counts.flushes.fetch_add(1, Ordering::SeqCst);
         if self.fail_flush.load(Ordering::SeqCst) {
             return Err(EndpointError::io("sim://remote", None, "flush failed"));
         }
+        self.flushed.fetch_max(covers, Ordering::SeqCst);
         Ok(())
     }
 }

@@ -16,7 +16,7 @@ use wanblk_copy::{
 };
 use wanblk_remote::{Remote, RemoteSummary};
 
-use crate::cmd::session::{ClientTlsArgs, SessionArgs};
+use crate::cmd::session::{COPY_INITIAL, ClientTlsArgs, SessionArgs};
 use crate::location::{self, Location, Opened, open_destination, open_source, shown};
 use crate::units::{parse_rate, parse_size};
 use crate::{exit, resume};
@@ -373,7 +373,7 @@ fn remote_options(args: &Args) -> wanblk_remote::RemoteOptions {
         tcp_log: args.tcp_log.clone(),
         tls: args.tls.options(),
         rate_cap_bytes_per_s: args.rate.map(|bits| (bits / 8).max(1)),
-        ..args.session.remote_options(Hedge::ReadsAndWrites)
+        ..args.session.remote_options(Hedge::ReadsAndWrites, COPY_INITIAL)
     }
 }
 

@@ -10,7 +10,7 @@ use wanblk_blockdev::pool::Hedge;
 use wanblk_frontend::FrontEnd;
 use wanblk_remote::Remote;
 
-use crate::cmd::session::SessionArgs;
+use crate::cmd::session::{FRONT_END_INITIAL, SessionArgs};
 use crate::units::parse_size;
 
 /// Cache, read-ahead and write-back options.
@@ -63,7 +63,7 @@ impl Opened {
         cache: &CacheArgs,
     ) -> anyhow::Result<Opened> {
         let mut remote =
-            Remote::new(wanblk_remote::RemoteOptions { tls, ..session.remote_options(Hedge::Reads) });
+            Remote::new(wanblk_remote::RemoteOptions { tls, ..session.remote_options(Hedge::Reads, FRONT_END_INITIAL) });
         let pool = remote.open(uri).await.context("store")?;
         for n in remote.notes() {
             eprintln!("wanblk: note: {n}");
