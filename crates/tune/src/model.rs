@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 /// What the controller saw on the sessions during one interval, beyond
 /// goodput (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Signals {
     /// `Some(true)`: the active sessions' RTT stood clearly above its
     /// minimum (a bottleneck queue was filling: the path was full);
@@ -54,6 +54,25 @@ pub struct Signals {
     /// noise ([`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
     #[serde(default)]
     pub coarse: bool,
+    /// The path's base RTT over the active sessions' RTT (medians, in
+    /// (0, 1]): below 1 by the standing queue's share of the RTT. With
+    /// window-limited sessions the same windows without the queue move
+    /// `1 / base_share` times as much, so a full point at N says the knee
+    /// is near `N x base_share` ([`knee_from_queue`]). `None`: unknown.
+    #[serde(default)]
+    pub base_share: Option<f64>,
+}
+
+/// The knee a full point suggests (see [`Signals::base_share`]): the
+/// sessions that move `1 - tolerance` of the point's goodput once the
+/// queue is gone, `ceil(n x base_share x (1 - tolerance))`. A model
+/// estimate, not a bound: sessions limited by losses rather than windows
+/// grow their windows when the queue is gone (the knee is lower), and a
+/// queue someone else keeps does not go (it is higher).
+pub(crate) fn knee_from_queue(n: usize, base_share: Option<f64>, tolerance: f64) -> Option<usize> {
+    let s = base_share.filter(|s| s.is_finite() && *s > 0.0 && *s <= 1.0)?;
+    let k = (n as f64 * s * (1.0 - tolerance.clamp(0.0, 1.0))).ceil();
+    (k.is_finite() && k >= 1.0).then(|| (k as usize).min(n))
 }
 
 /// Parameters of the model-informed search (see the [module docs](self)).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::golden::Bracket;
-use crate::model::{Signals, knee_floor};
+use crate::model::{Signals, knee_floor, knee_from_queue};
 
 /// In-band samples averaged into the converged goodput level before it is
 /// frozen as the reference for re-tuning.
@@ -166,11 +166,13 @@ struct Point {
     ramp: bool,
     full: bool,
     count: u32,
+    /// The model, on a full point: [`Signals::base_share`] then.
+    base_share: Option<f64>,
 }
 
 impl Point {
     fn at(n: usize, g: f64) -> Point {
-        Point { n, own: g, reference: g, ramp: false, full: false, count: 1 }
+        Point { n, own: g, reference: g, ramp: false, full: false, count: 1, base_share: None }
     }
 }
 
@@ -627,6 +629,11 @@ impl Tuner {
         let here = Point {
             ramp: model && self.signals.standing_queue == Some(false),
             full: model && self.signals.standing_queue == Some(true),
+            base_share: if model && self.signals.standing_queue == Some(true) {
+                self.signals.base_share
+            } else {
+                None
+            },
             count: self.point_count,
             ..Point::at(n, g)
         };
@@ -766,6 +773,14 @@ impl Tuner {
         let (probe, model_probe) = if self.cfg.model.is_some() {
             let threshold = hi.reference * (1.0 - self.cfg.tolerance);
             let floor = knee_floor(threshold, lo, lo_g, hi.n, hi.ramp.then_some(hi.own));
+            // A full plateau point also says where its queue would be gone:
+            // probe there rather than at the bound, which with nothing
+            // measured below is a single session (an interval at a
+            // fraction of the path on a long one). Never hi itself: losses
+            // can make fewer sessions better (a hump) with little queue.
+            let from_queue = knee_from_queue(hi.n, hi.base_share, self.cfg.tolerance)
+                .map_or(0, |k| k.min(hi.n.saturating_sub(1)));
+            let floor = floor.max(from_queue);
             if floor >= hi.n {
                 return self.converge(hi);
             }
@@ -1202,7 +1217,7 @@ mod tests {
                 break;
             }
             let n = t.current();
-            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n), coarse: false });
+            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n), ..Signals::default() });
         }
         t.report().steps.iter().map(|s| s.n).collect()
     }
@@ -1239,6 +1254,28 @@ mod tests {
         let mut t = Tuner::new(cfg).unwrap();
         let seen = run_with(&mut t, near, |n| Some(n > 4), 100);
         assert_eq!((seen, t.converged()), (vec![4, 16], Some(4)));
+    }
+
+    #[test]
+    fn a_full_first_point_probes_where_its_queue_would_be_gone() {
+        // Sessions of 120 on a 956 path (the knee is 8), the first point
+        // full at 16 with the RTT at twice the base: the same windows
+        // without the queue need 8 sessions. Without the RTTs the model's
+        // bound is a single session.
+        let link = |n: usize| (n as f64 * 120.0).min(956.0);
+        let cfg =
+            TunerConfig { n0: 16, discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let full = Signals { standing_queue: Some(true), base_share: Some(0.5), ..Signals::default() };
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        assert_eq!(t.observe_with(sample(16, link(16)), full).next_n, 8);
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let no_rtt = Signals { base_share: None, ..full };
+        assert_eq!(t.observe_with(sample(16, link(16)), no_rtt).next_n, 1);
+        // A small queue (RTT 113 ms on a 100 ms path): the estimate is the
+        // point itself, so the probe is just below it, never the point.
+        let mut t = Tuner::new(TunerConfig { n0: 4, ..cfg }).unwrap();
+        let small = Signals { base_share: Some(100.0 / 113.0), ..full };
+        assert_eq!(t.observe_with(sample(4, link(4)), small).next_n, 3);
     }
 
     #[test]

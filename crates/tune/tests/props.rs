@@ -43,7 +43,8 @@ fn config() -> impl Strategy<Value = TunerConfig> {
 }
 
 fn signals() -> impl Strategy<Value = Signals> {
-    prop::option::of(any::<bool>()).prop_map(|standing_queue| Signals { standing_queue, coarse: false })
+    prop::option::of(any::<bool>())
+        .prop_map(|standing_queue| Signals { standing_queue, ..Signals::default() })
 }
 
 fn goodput() -> impl Strategy<Value = f64> {

@@ -166,6 +166,21 @@ impl Counters {
     /// RTT at least `path_base_s` seconds (the path's base RTT re-taken
     /// after a path change, where `tcpi_min_rtt` still names the old path).
     pub fn standing_queue_over(&self, path_base_s: Option<f64>) -> Option<bool> {
+        let (base, queue) = self.queue_over(path_base_s)?;
+        Some(queue > (QUEUE_SHARE * base).max(QUEUE_MIN.as_secs_f64()))
+    }
+
+    /// The path's base RTT over the active sessions' RTT (medians; see
+    /// [`Signals::base_share`](crate::Signals::base_share)), with the base
+    /// taken as in [`standing_queue_over`](Self::standing_queue_over).
+    pub fn base_share_over(&self, path_base_s: Option<f64>) -> Option<f64> {
+        let (base, queue) = self.queue_over(path_base_s)?;
+        Some(base / (base + queue))
+    }
+
+    /// Medians over the active sessions of the base RTT and of the queue
+    /// above it, seconds; `None` without TCP counters or on a small path.
+    fn queue_over(&self, path_base_s: Option<f64>) -> Option<(f64, f64)> {
         let floor = path_base_s.unwrap_or(0.0);
         let mut base = Vec::new();
         let mut queue = Vec::new();
@@ -177,10 +192,7 @@ impl Counters {
             }
         }
         let (base, queue) = (median(&mut base)?, median(&mut queue)?);
-        if base < SMALL_PATH_RTT.as_secs_f64() {
-            return None;
-        }
-        Some(queue > (QUEUE_SHARE * base).max(QUEUE_MIN.as_secs_f64()))
+        (base >= SMALL_PATH_RTT.as_secs_f64()).then_some((base, queue))
     }
 
     /// Payload bytes the TCP counters of every open session add up to, in

@@ -969,8 +969,13 @@ impl Controller {
                 self.best_goodput = self.best_goodput.max(goodput);
             }
             let coarse = transport_rate.is_none() || self.bursty;
-            let signals =
-                if self.config.signals { Signals { standing_queue, coarse } } else { Signals::default() };
+            let signals = if self.config.signals {
+                // At the user's rate cap the "queue" is the cap's.
+                let base_share = if capped { None } else { counters.base_share_over(self.path_base_s) };
+                Signals { standing_queue, coarse, base_share }
+            } else {
+                Signals::default()
+            };
             if let Some(t) = self.tuner.as_mut() {
                 if self.config.rate_cap_bytes_per_s.is_some() {
                     t.set_ceiling(capped.then_some(n));

@@ -77,6 +77,11 @@ pub trait PathModel {
     fn standing_queue(&self, _n: usize) -> Option<bool> {
         None
     }
+    /// The path's base RTT over the RTT with `n` sessions
+    /// ([`Signals::base_share`]); `None` if the model cannot say.
+    fn base_share(&self, _n: usize) -> Option<f64> {
+        None
+    }
 }
 
 /// The best fixed N in `1..=n_max` by exhaustive search (the smallest on
@@ -187,6 +192,10 @@ impl PathModel for FlowModel {
     fn standing_queue(&self, n: usize) -> Option<bool> {
         let queue = self.rtt_with(n) - self.rtt_s;
         Some(queue > (QUEUE_SHARE * self.rtt_s).max(QUEUE_MIN.as_secs_f64()))
+    }
+
+    fn base_share(&self, n: usize) -> Option<f64> {
+        Some(self.rtt_s / self.rtt_with(n))
     }
 }
 
@@ -332,7 +341,11 @@ impl Bench {
         if self.cfg.noise > 0.0 {
             g = (g * (1.0 + self.cfg.noise * self.rng.next_normal())).max(0.0);
         }
-        let signals = Signals { standing_queue: model.standing_queue(n), coarse: false };
+        let signals = Signals {
+            standing_queue: model.standing_queue(n),
+            coarse: false,
+            base_share: model.base_share(n),
+        };
         let step = self.tuner.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s }, signals);
         self.last_measured = g;
         self.elapsed_s += duration_s;
