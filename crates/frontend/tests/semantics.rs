@@ -88,7 +88,10 @@ fn a_fua_write_is_durable_with_every_earlier_write_when_it_returns() {
             fe.write(0, Bytes::from(vec![1u8; 4096]), false).await.unwrap();
             fe.write(8192, Bytes::from(vec![2u8; 4096]), true).await.unwrap();
             let r = remote.durable_bytes().await;
-            assert!(r[..4096].iter().all(|b| *b == 1), "the earlier write too (no FUA at the remote: {no_fua})");
+            assert!(
+                r[..4096].iter().all(|b| *b == 1),
+                "the earlier write too (no FUA at the remote: {no_fua})"
+            );
             assert!(r[8192..12288].iter().all(|b| *b == 2), "no FUA at the remote: {no_fua}");
         });
     }

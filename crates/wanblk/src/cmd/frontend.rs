@@ -62,8 +62,10 @@ impl Opened {
         tls: wanblk_nbd::TlsClientOptions,
         cache: &CacheArgs,
     ) -> anyhow::Result<Opened> {
-        let mut remote =
-            Remote::new(wanblk_remote::RemoteOptions { tls, ..session.remote_options(Hedge::Reads, FRONT_END_INITIAL) });
+        let mut remote = Remote::new(wanblk_remote::RemoteOptions {
+            tls,
+            ..session.remote_options(Hedge::Reads, FRONT_END_INITIAL)
+        });
         let pool = remote.open(uri).await.context("store")?;
         for n in remote.notes() {
             eprintln!("wanblk: note: {n}");
