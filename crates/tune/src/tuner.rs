@@ -773,13 +773,18 @@ impl Tuner {
         let (probe, model_probe) = if self.cfg.model.is_some() {
             let threshold = hi.reference * (1.0 - self.cfg.tolerance);
             let floor = knee_floor(threshold, lo, lo_g, hi.n, hi.ramp.then_some(hi.own));
-            // A full plateau point also says where its queue would be gone:
-            // probe there rather than at the bound, which with nothing
-            // measured below is a single session (an interval at a
-            // fraction of the path on a long one). Never hi itself: losses
-            // can make fewer sessions better (a hump) with little queue.
-            let from_queue = knee_from_queue(hi.n, hi.base_share, self.cfg.tolerance)
-                .map_or(0, |k| k.min(hi.n.saturating_sub(1)));
+            // With nothing measured below (no lo_g) and hi not on the ramp,
+            // the bound is lo + 1: a single session at first, an interval
+            // at a fraction of the path on a long one. A full plateau point
+            // also says where its queue would be gone: probe there instead.
+            // Never hi itself: losses can make fewer sessions better (a
+            // hump) with little queue.
+            let informed = lo_g.is_some() || hi.ramp;
+            let from_queue = if informed {
+                0
+            } else {
+                knee_from_queue(hi.n, hi.base_share, self.cfg.tolerance).map_or(0, |k| k.min(hi.n.saturating_sub(1)))
+            };
             let floor = floor.max(from_queue);
             if floor >= hi.n {
                 return self.converge(hi);
