@@ -151,7 +151,7 @@ impl ClientTlsArgs {
 pub(crate) const COPY_INITIAL: usize = 4;
 /// `auto`'s first N for the front ends (`mount`, `serve`): see
 /// `--initial-connections`.
-pub(crate) const FRONT_END_INITIAL: usize = 16;
+pub(crate) const FRONT_END_INITIAL: usize = 8;
 
 /// Session and tuning options (flattened into commands).
 #[derive(Debug, Clone, clap::Args)]
@@ -169,12 +169,13 @@ pub(crate) struct SessionArgs {
     #[arg(long, default_value_t = 64, value_parser = connection_count)]
     pub(crate) max_connections: usize,
 
-    /// First N tried by `--connections auto`. Default: 4 for `copy`; 16
+    /// First N tried by `--connections auto`. Default: 4 for `copy`; 8
     /// for `mount` and `serve`, whose writes and reads come in bursts on
     /// sessions left idle in between (TCP starts each burst in slow start
-    /// again, and 16 sessions leave it two round trips sooner than 4: a
-    /// 256 MiB ext4 write + sync at 100 ms RTT moved 506-576 Mbit/s with
-    /// 16 against 377-458 with 4).
+    /// again, and more sessions leave it sooner: a 256 MiB ext4 write +
+    /// sync at 100 ms RTT moved 543-662 Mbit/s with 8 against 377-458
+    /// with 4; with 16 a sequential reader waited more often for one slow
+    /// request, and a cold 1 GiB read fell from about 800 to 580-690).
     #[arg(long, value_parser = connection_count)]
     pub(crate) initial_connections: Option<usize>,
 
