@@ -783,7 +783,8 @@ impl Tuner {
             let from_queue = if informed {
                 0
             } else {
-                knee_from_queue(hi.n, hi.base_share, self.cfg.tolerance).map_or(0, |k| k.min(hi.n.saturating_sub(1)))
+                knee_from_queue(hi.n, hi.base_share, self.cfg.tolerance)
+                    .map_or(0, |k| k.min(hi.n.saturating_sub(1)))
             };
             let floor = floor.max(from_queue);
             if floor >= hi.n {
