@@ -6,7 +6,7 @@ use std::time::Duration;
 use wanblk_blockdev::pool::{Hedge, PoolConfig, RetryPolicy};
 use wanblk_sys::tcp::TcpOptions;
 use wanblk_tune::share::ShareMode;
-use wanblk_tune::{ControllerConfig, IntervalChoice, IntervalPolicy, Parallelism, TunerConfig};
+use wanblk_tune::{ControllerConfig, IntervalChoice, IntervalPolicy, ModelConfig, Parallelism, TunerConfig};
 
 /// How many sessions each network store gets, as the user asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,9 @@ pub struct Tuning {
     pub small_path: bool,
     /// Signals to the tuner ([`ControllerConfig::signals`]).
     pub signals: bool,
+    /// With the model: a step up from a full first point
+    /// ([`ModelConfig::step_above_full`](wanblk_tune::ModelConfig::step_above_full)).
+    pub step_above_full: bool,
 }
 
 impl Default for Tuning {
@@ -65,6 +68,7 @@ impl Default for Tuning {
             settle: true,
             small_path: true,
             signals: true,
+            step_above_full: true,
         }
     }
 }
@@ -217,7 +221,11 @@ impl RemoteOptions {
             Sessions::Fixed(n) => Parallelism::Fixed(n),
             Sessions::Auto { initial, max } if has_pools => {
                 let base = if t.paper { TunerConfig::paper() } else { TunerConfig::default() };
-                let model = if t.model { base.model } else { None };
+                let model = if t.model {
+                    base.model.map(|m| ModelConfig { step_above_full: t.step_above_full, ..m })
+                } else {
+                    None
+                };
                 Parallelism::Tuned(TunerConfig { n0: initial, n_max: max, model, ..base })
             }
             Sessions::Auto { .. } => Parallelism::Fixed(1),

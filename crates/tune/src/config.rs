@@ -363,7 +363,7 @@ mod tests {
         let rt = RetuneConfig { threshold: 0.2, consecutive: 0 };
         assert!(TunerConfig { retune: Some(rt), ..p.clone() }.validate().is_err());
         for jump in [0.5, f64::NAN, f64::INFINITY] {
-            let model = Some(ModelConfig { jump });
+            let model = Some(ModelConfig { jump, ..ModelConfig::default() });
             assert!(matches!(TunerConfig { model, ..p.clone() }.validate(), Err(ConfigError::BadJump(_))));
         }
     }
@@ -382,9 +382,15 @@ mod tests {
         assert_eq!(c.down(5), 3);
         // The model's jump: 4x, at least alpha, at most n_max.
         assert_eq!(c.climb(4), 8);
-        let m = TunerConfig { model: Some(ModelConfig { jump: 4.0 }), ..TunerConfig::paper() };
+        let m = TunerConfig {
+            model: Some(ModelConfig { jump: 4.0, ..ModelConfig::default() }),
+            ..TunerConfig::paper()
+        };
         assert_eq!((m.climb(4), m.climb(16), m.climb(64)), (16, 64, 128));
-        let slow = TunerConfig { model: Some(ModelConfig { jump: 1.0 }), ..TunerConfig::paper() };
+        let slow = TunerConfig {
+            model: Some(ModelConfig { jump: 1.0, ..ModelConfig::default() }),
+            ..TunerConfig::paper()
+        };
         assert_eq!(slow.climb(4), 8);
     }
 

@@ -81,12 +81,24 @@ pub struct ModelConfig {
     /// Factor of the bracket search's step while the path has room (at
     /// least alpha; 4 reaches 64 sessions from 4 in two steps).
     pub jump: f64,
+    /// A first point with a standing queue is measured one step of alpha
+    /// up before the knee is searched below it (a few loss-based flows
+    /// keep a queue and still leave the link short). Off: the knee is
+    /// searched below it at once, for a workload that prefers fewer
+    /// sessions (a sequential reader waits on its next request, which
+    /// takes longer the more sessions share the path).
+    #[serde(default = "yes")]
+    pub step_above_full: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for ModelConfig {
-    /// Steps of 4x.
+    /// Steps of 4x, a step up from a full first point.
     fn default() -> Self {
-        ModelConfig { jump: 4.0 }
+        ModelConfig { jump: 4.0, step_above_full: true }
     }
 }
 

@@ -647,7 +647,7 @@ impl Tuner {
                 // quick path 4 sessions move 907 Mbit/s with a queue, 8 move
                 // 956). One step of alpha up (not the model's jump: the
                 // path has no room) tells; see the tie below.
-                if n >= self.cfg.n_max {
+                if n >= self.cfg.n_max || !self.cfg.model.is_some_and(|m| m.step_above_full) {
                     return self.knee(lower, None, here, 0);
                 }
                 self.state = State::Up { lower, best: Some(here), may_turn_down };
@@ -1272,6 +1272,12 @@ mod tests {
         assert_eq!(t.converged(), Some(4), "{seen:?}");
         assert_eq!(seen[..2], [4, 8], "one step of alpha above the full point tells: {seen:?}");
         assert!(seen[2..].iter().all(|n| *n < 4), "then only below it: {seen:?}");
+        // Without the step (the front ends): never above the full point.
+        let below = ModelConfig { step_above_full: false, ..ModelConfig::default() };
+        let mut t = Tuner::new(TunerConfig { model: Some(below), ..cfg.clone() }).unwrap();
+        let seen = run_with(&mut t, early, |n| Some(n as f64 * 300.0 > 956.0), 100);
+        assert_eq!(t.converged(), Some(4), "{seen:?}");
+        assert!(seen.iter().all(|n| *n <= 4), "never above the full point: {seen:?}");
         // Full at 4 and still short of the plateau (a few loss-based flows
         // keep a queue standing): the step up finds more, the knee is 5.
         let short = |n: usize| (n as f64 * 227.0).min(956.0);
@@ -1345,7 +1351,7 @@ mod tests {
         for (n0, jump) in [(2, 2.0), (4, 4.0), (1, 4.0)] {
             let cfg = TunerConfig {
                 n0,
-                model: Some(ModelConfig { jump }),
+                model: Some(ModelConfig { jump, ..ModelConfig::default() }),
                 discard_after_change: false,
                 ..TunerConfig::default()
             };

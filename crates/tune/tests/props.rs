@@ -37,7 +37,7 @@ fn config() -> impl Strategy<Value = TunerConfig> {
                 discard_after_change: discard,
                 retune: rt.map(|(threshold, consecutive)| RetuneConfig { threshold, consecutive }),
                 plateau_knee: knee,
-                model: jump.map(|jump| ModelConfig { jump }),
+                model: jump.map(|jump| ModelConfig { jump, ..ModelConfig::default() }),
             }
         })
 }

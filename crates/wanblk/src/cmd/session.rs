@@ -399,6 +399,7 @@ impl SessionArgs {
                 settle: !self.tuner_off.contains(&TunerFeature::Settle),
                 small_path: !self.tuner_off.contains(&TunerFeature::SmallPath),
                 signals: !self.tuner_off.contains(&TunerFeature::Signals),
+                step_above_full: true,
             },
             max_depth: self.requests as usize,
             max_request_bytes: self.request_size,
