@@ -641,7 +641,7 @@ fn write_outputs(
         }
     };
     for (stem, f, name) in [
-        ("read_back", (&|r: &Row| r.read_back_mbps) as &dyn Fn(&Row) -> f64, "ext4 mount + cold read-back"),
+        ("read_back", (&|r: &Row| r.read_back_mbps) as &dyn Fn(&Row) -> f64, "ext4 cold read-back (dd)"),
         ("write_sync", &|r: &Row| r.write_sync_mbps, "ext4 write + sync"),
         ("dd_10m", &|r: &Row| r.dd_mbps, "dd bs=10M from the disk file"),
     ] {

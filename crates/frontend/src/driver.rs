@@ -497,15 +497,15 @@ impl Endpoint for FrontEnd {
 
     async fn flush(&self) -> Result<()> {
         let t0 = std::time::Instant::now();
-        let (seq, held) = {
+        let (seq, dirty) = {
             let st = self.shared.lock();
-            (st.engine.seq(), st.engine.buffered_bytes())
+            (st.engine.seq(), st.engine.dirty_bytes())
         };
         self.shared.wait_written(seq, true).await?;
         let written = t0.elapsed();
         let r = self.flush_remote().await;
         tracing::debug!(
-            held,
+            dirty,
             written_ms = written.as_secs_f64() * 1e3,
             flushed_ms = (t0.elapsed() - written).as_secs_f64() * 1e3,
             "flush"

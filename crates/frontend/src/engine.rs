@@ -1136,11 +1136,16 @@ impl Engine {
         self.pending.len() == 0 && self.flight.len() == 0 && self.fetches.is_empty()
     }
 
+    /// Written bytes not yet on the remote (pending or in flight).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.pending_bytes + self.flight_bytes
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         Stats {
             clean_bytes: self.clean.bytes,
-            dirty_bytes: self.pending_bytes + self.flight_bytes,
+            dirty_bytes: self.dirty_bytes(),
             prefetch_in_flight: self.prefetch_bytes,
             demand_in_flight: self.demand_bytes,
             depth: self.depth(),

@@ -626,14 +626,11 @@ impl Tuner {
     fn decide(&mut self, g: f64) -> usize {
         let n = self.current;
         let model = self.cfg.model.is_some();
+        let full = model && self.signals.standing_queue == Some(true);
         let here = Point {
             ramp: model && self.signals.standing_queue == Some(false),
-            full: model && self.signals.standing_queue == Some(true),
-            base_share: if model && self.signals.standing_queue == Some(true) {
-                self.signals.base_share
-            } else {
-                None
-            },
+            full,
+            base_share: self.signals.base_share.filter(|_| full),
             count: self.point_count,
             ..Point::at(n, g)
         };
