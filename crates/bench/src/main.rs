@@ -120,7 +120,9 @@ struct RunArgs {
     /// main, change; with `--profile full`: of
     /// main, delay, delay-capped, bandwidth, bandwidth-capped, loss,
     /// change; with `--profile frontend`: of mount, serve, direct (the
-    /// three ways to the disk), memory, 100ms, 20ms (the paths)
+    /// three ways to the disk), memory, 100ms, 20ms (the paths); with
+    /// `--profile share` (wanblk alone always runs): of flows, copies,
+    /// small (64 KiB requests), loss, bbr (the extra paths), pacing
     /// [default: all].
     #[arg(long, value_delimiter = ',')]
     parts: Vec<String>,
@@ -218,22 +220,29 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
                 delay_ms: 25.0,
             },
         ),
-        "share" => wanblk_bench::share::run(
-            exe,
-            &wanblk_bench::share::ShareOptions {
-                out_dir: out("share"),
-                size: 2 << 30,
-                rate_mbps: 1000,
-                delay_ms: 50.0,
-                modes: vec!["fair".into(), "greedy".into()],
-                flows: vec![1, 4],
-                copies: vec![2, 4],
-                small_requests: Some("64K".into()),
-                loss: Some(0.0001),
-                other_congestion: Some("bbr".into()),
-                ensemble_pacing: true,
-            },
-        ),
+        "share" => {
+            const SHARE_PARTS: [&str; 6] = ["flows", "copies", "small", "loss", "bbr", "pacing"];
+            if let Some(bad) = args.parts.iter().find(|p| !SHARE_PARTS.contains(&p.as_str())) {
+                anyhow::bail!("unknown part {bad:?} of --profile share: expected {}", SHARE_PARTS.join(", "));
+            }
+            let part = |name: &str| args.parts.is_empty() || args.parts.iter().any(|p| p == name);
+            wanblk_bench::share::run(
+                exe,
+                &wanblk_bench::share::ShareOptions {
+                    out_dir: out("share"),
+                    size: 2 << 30,
+                    rate_mbps: 1000,
+                    delay_ms: 50.0,
+                    modes: vec!["fair".into(), "greedy".into()],
+                    flows: if part("flows") { vec![1, 4] } else { Vec::new() },
+                    copies: if part("copies") { vec![2, 4] } else { Vec::new() },
+                    small_requests: part("small").then(|| "64K".into()),
+                    loss: part("loss").then_some(0.0001),
+                    other_congestion: part("bbr").then(|| "bbr".into()),
+                    ensemble_pacing: part("pacing"),
+                },
+            )
+        }
         "tls" => wanblk_bench::tls::run(
             exe,
             &wanblk_bench::tls::TlsBenchOptions {
@@ -254,7 +263,7 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
         profile => {
             anyhow::ensure!(
                 args.parts.is_empty() || profile == "full" || profile == "quick",
-                "--parts selects parts of `--profile quick`, `full` or `frontend`"
+                "--parts selects parts of `--profile quick`, `full`, `frontend` or `share`"
             );
             let level = if profile == "full" {
                 wanblk_bench::suite::Level::Full
