@@ -88,6 +88,7 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
         min_rtt_s: f64::from(min_rtt) / 1e6,
         goodput_bytes_per_s: sample.goodput_mbps * 1e6 / 8.0,
         discarded: sample.discarded,
+        retransmits: sample.retransmits,
     })
 }
 
