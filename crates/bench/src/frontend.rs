@@ -463,9 +463,7 @@ pub fn run(exe: &Path, opts: &FrontendOptions) -> anyhow::Result<()> {
             bail!("{tool} is not installed (apt-get install {pkg})");
         }
     }
-    if let Some(bad) = opts.parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
-        bail!("unknown part {bad:?} of --profile frontend (known: {})", PARTS.join(", "));
-    }
+    crate::parts::check(&opts.parts, &PARTS, "frontend")?;
     std::fs::create_dir_all(&opts.out_dir)?;
     let work = tempfile::Builder::new().prefix("wanblk-frontend-").tempdir()?;
     let src = work.path().join("src.bin");

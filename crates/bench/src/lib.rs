@@ -4,6 +4,7 @@
 //! and `run --profile ...`) is its command line; it runs the `wanblk`
 //! binary as a subprocess, so the product never links this crate.
 //!
+//! - [`parts`]: `--parts`, checked and selected alike for every profile.
 //! - [`path`]: one emulated path with the embedded target behind it, and
 //!   the measured runners (`wanblk copy`, `nbdcopy`, `iperf3`).
 //! - [`plot`]: SVG and PNG line charts with an embedded font.
@@ -21,6 +22,7 @@ pub mod faults;
 pub mod frontend;
 pub mod iscsi;
 pub mod loopback;
+pub mod parts;
 pub mod path;
 pub mod plot;
 mod report;

@@ -221,11 +221,8 @@ fn run_suite(exe: &Path, args: RunArgs) -> anyhow::Result<()> {
             },
         ),
         "share" => {
-            const SHARE_PARTS: [&str; 6] = ["flows", "copies", "small", "loss", "bbr", "pacing"];
-            if let Some(bad) = args.parts.iter().find(|p| !SHARE_PARTS.contains(&p.as_str())) {
-                anyhow::bail!("unknown part {bad:?} of --profile share: expected {}", SHARE_PARTS.join(", "));
-            }
-            let part = |name: &str| args.parts.is_empty() || args.parts.iter().any(|p| p == name);
+            wanblk_bench::parts::check(&args.parts, &wanblk_bench::share::SHARE_PARTS, "share")?;
+            let part = |name: &str| wanblk_bench::parts::selects(&args.parts, name);
             wanblk_bench::share::run(
                 exe,
                 &wanblk_bench::share::ShareOptions {

@@ -44,6 +44,11 @@ use wanblk_netem::Side;
 use crate::path::{BenchPath, PathSpec};
 use crate::plot::{Chart, Series};
 
+/// The parts of the share profile (`--parts`; wanblk alone always runs):
+/// against iperf3 flows, copies together, 64 KiB requests, the random
+/// loss and bbr paths, ensemble pacing.
+pub const SHARE_PARTS: [&str; 6] = ["flows", "copies", "small", "loss", "bbr", "pacing"];
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct ShareOptions {

@@ -640,14 +640,16 @@ pub fn run(exe: &Path, opts: &SuiteOptions) -> anyhow::Result<()> {
         Level::Quick => &QUICK_PARTS,
         Level::Full => &FULL_PARTS,
     };
-    for p in &opts.parts {
-        anyhow::ensure!(known.contains(&p.as_str()), "unknown part `{p}` (parts: {})", known.join(", "));
-    }
+    let profile = match opts.level {
+        Level::Quick => "quick",
+        Level::Full => "full",
+    };
+    crate::parts::check(&opts.parts, known, profile)?;
     std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
     let mut rec = Recorder { dir: opts.out_dir.clone(), rows: Vec::new(), failures: Vec::new() };
     let both = [Direction::Restore, Direction::Backup];
     let main = PathSpec::new(1000, 50.0);
-    let part = |p: &str| opts.parts.is_empty() || opts.parts.iter().any(|x| x == p);
+    let part = |p: &str| crate::parts::selects(&opts.parts, p);
     match opts.level {
         Level::Quick => {
             if part("main") {
