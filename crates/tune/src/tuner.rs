@@ -683,16 +683,16 @@ impl Tuner {
                         let lo_g = self.measured.get(&lower).copied();
                         return self.knee(lower, lo_g, hi, 0);
                     }
-                    if tie && b.ramp && here.full && g > b.reference * (1.0 + self.cfg.tolerance / 3.0) {
-                        // The model: b had room and n, full, gained a
-                        // little, within the tolerance: the path's last
-                        // few percent lie above b (on the quick path 4
-                        // sessions move 914 Mbit/s with room, 5 fill the
-                        // 956). The knee is in (b, n]: its bound from b
-                        // is b + 1, one probe.
-                        return self.knee(b.n, Some(b.own), here, 0);
-                    }
                     if tie && b.ramp && here.full {
+                        if g > b.reference * (1.0 + self.cfg.tolerance / 3.0) {
+                            // The model: b had room and n, full, gained a
+                            // little, within the tolerance: the path's
+                            // last few percent lie above b (on the quick
+                            // path 4 sessions move 914 Mbit/s with room, 5
+                            // fill the 956). The knee is in (b, n]: its
+                            // bound from b is b + 1, one probe.
+                            return self.knee(b.n, Some(b.own), here, 0);
+                        }
                         // The model: b had room, n filled the path and
                         // gained nothing: the plateau starts at or below b
                         // (no hump to look for between them).

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use wanblk_tune::share::{Governor, GovernorConfig, PathObservation, ShareMode, median};
+use wanblk_tune::share::{Governor, GovernorConfig, PathObservation, ShareMode};
 use wanblk_tune::{
-    Controller, ControllerConfig, Counters, Parallelism, PoolCounters, PoolLimits, SessionCounters,
+    Controller, ControllerConfig, Counters, Decision, Parallelism, PoolCounters, PoolLimits, SessionCounters,
     TcpCounters, TunerConfig,
 };
 
@@ -95,6 +95,38 @@ fn overflows(n: usize, other: Other, base: f64) -> bool {
     n as f64 * BDP / 9.0 + theirs > CAPACITY * (base + MAX_QUEUE_S)
 }
 
+/// Retransmit counters of sessions that never lose a segment.
+const NO_RETRANSMITS: [u32; 64] = [0; 64];
+
+/// Feeds the interval `ctl` just closed (its last sample; the sessions'
+/// RTT `rtt`) to `governor`, and the governor's answers to `ctl`, as the
+/// driver does; returns the decision to apply (`decision` if none).
+fn govern(
+    ctl: &mut Controller,
+    governor: &mut Governor,
+    rtt: f64,
+    mut decision: Option<Decision>,
+) -> Option<Decision> {
+    let s = *ctl.samples().last().unwrap();
+    let o = PathObservation {
+        t_s: s.t_s,
+        n: s.n,
+        rtt_s: rtt,
+        min_rtt_s: BASE_RTT,
+        goodput_bytes_per_s: s.goodput_mbps * 1e6 / 8.0,
+        discarded: s.discarded,
+        retransmits: s.retransmits,
+    };
+    if let Some(c) = governor.observe(&o) {
+        decision = ctl.set_ceiling(c).or(decision);
+    }
+    if let Some(n0) = governor.take_restart() {
+        decision = ctl.restart_search(n0).or(decision);
+    }
+    ctl.set_path_base_rtt(governor.path_base_rtt_s());
+    decision
+}
+
 struct Run {
     /// N per measured interval.
     n: Vec<usize>,
@@ -164,23 +196,7 @@ fn simulate_path(other: Other, share: Option<ShareMode>, seconds: f64, step: Opt
         if ctl.samples().len() > measured
             && let Some(g) = governor.as_mut()
         {
-            let s = *ctl.samples().last().unwrap();
-            let o = PathObservation {
-                t_s: s.t_s,
-                n: s.n,
-                rtt_s: median(&[rtt_now]).unwrap(),
-                min_rtt_s: BASE_RTT,
-                goodput_bytes_per_s: s.goodput_mbps * 1e6 / 8.0,
-                discarded: s.discarded,
-                retransmits: s.retransmits,
-            };
-            if let Some(c) = g.observe(&o) {
-                decision = ctl.set_ceiling(c).or(decision);
-            }
-            if let Some(n0) = g.take_restart() {
-                decision = ctl.restart_search(n0).or(decision);
-            }
-            ctl.set_path_base_rtt(g.path_base_rtt_s());
+            decision = govern(&mut ctl, g, rtt_now, decision);
         }
         if let Some(d) = decision {
             active = d.active;
@@ -306,17 +322,12 @@ fn a_longer_path_is_not_read_as_a_full_one() {
 /// measured interval and its goodput over the last 60 simulated seconds,
 /// and the copies' combined goodput over them.
 fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
-    let window = BDP / 9.0;
     let t0 = Instant::now();
-    // The shared path: (rate of one of our sessions, RTT) with `total`
-    // sessions of all copies on it.
+    // The shared path: (rate of one session, RTT) with `total` sessions of
+    // all copies on it, which share it as the sessions of one would.
     let path = |total: usize| {
-        let inflight = total as f64 * window;
-        if inflight <= BDP {
-            (window / BASE_RTT, BASE_RTT)
-        } else {
-            (CAPACITY * window / inflight, (inflight / CAPACITY).min(BASE_RTT + MAX_QUEUE_S))
-        }
+        let (rate, _, rtt) = steady(total, Other::Nobody, BASE_RTT);
+        (rate / total.max(1) as f64, rtt)
     };
     let config =
         ControllerConfig::new(Parallelism::Tuned(TunerConfig { n0: 4, n_max: 64, ..TunerConfig::default() }));
@@ -324,24 +335,17 @@ fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>,
         ctl: Controller,
         governor: Governor,
         bytes: [u64; 64],
-        retrans: [u32; 64],
         active: usize,
         /// Bytes moved in the last 60 s.
         last: f64,
     }
     let mut copies: Vec<Copy> = (0..k)
         .map(|_| {
-            let (bytes, retrans) = ([0u64; 64], [0u32; 64]);
-            let ctl = Controller::new(config.clone(), &counters(4, &bytes, &retrans, BASE_RTT), t0).unwrap();
+            let bytes = [0u64; 64];
+            let ctl =
+                Controller::new(config.clone(), &counters(4, &bytes, &NO_RETRANSMITS, BASE_RTT), t0).unwrap();
             let active = ctl.decision().active;
-            Copy {
-                ctl,
-                governor: Governor::new(GovernorConfig::new(mode)),
-                bytes,
-                retrans,
-                active,
-                last: 0.0,
-            }
+            Copy { ctl, governor: Governor::new(GovernorConfig::new(mode)), bytes, active, last: 0.0 }
         })
         .collect();
     let mut now = t0;
@@ -362,25 +366,9 @@ fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>,
         let (_, rtt) = path(copies.iter().map(|c| c.active).sum());
         for c in copies.iter_mut() {
             let measured = c.ctl.samples().len();
-            let mut decision = c.ctl.on_timeout(now, &counters(c.active, &c.bytes, &c.retrans, rtt));
+            let mut decision = c.ctl.on_timeout(now, &counters(c.active, &c.bytes, &NO_RETRANSMITS, rtt));
             if c.ctl.samples().len() > measured {
-                let s = *c.ctl.samples().last().unwrap();
-                let o = PathObservation {
-                    t_s: s.t_s,
-                    n: s.n,
-                    rtt_s: rtt,
-                    min_rtt_s: BASE_RTT,
-                    goodput_bytes_per_s: s.goodput_mbps * 1e6 / 8.0,
-                    discarded: s.discarded,
-                    retransmits: s.retransmits,
-                };
-                if let Some(ceiling) = c.governor.observe(&o) {
-                    decision = c.ctl.set_ceiling(ceiling).or(decision);
-                }
-                if let Some(n0) = c.governor.take_restart() {
-                    decision = c.ctl.restart_search(n0).or(decision);
-                }
-                c.ctl.set_path_base_rtt(c.governor.path_base_rtt_s());
+                decision = govern(&mut c.ctl, &mut c.governor, rtt, decision);
             }
             if let Some(d) = decision {
                 c.active = d.active;

@@ -454,8 +454,8 @@ impl Governor {
         // (or ours, still growing), not a longer path: two copies started
         // together cut at the same time and each saw the other's queue
         // stay; without this both re-based and climbed to 32 sessions.
+        self.cut = None;
         if cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding {
-            self.cut = None;
             return None;
         }
         // A queue that overflowed (losses) is as deep as it can be, so it
@@ -467,10 +467,8 @@ impl Governor {
                 self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
                 return Some(None);
             }
-            self.cut = None;
             return None;
         }
-        self.cut = None;
         // A queue of ours shrinks with N: window-limited sessions move
         // their windows every RTT, so the RTT falls about in proportion to
         // N, down to the base.
