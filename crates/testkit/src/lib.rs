@@ -142,9 +142,39 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, chosen below the
+/// kernel's ephemeral range.
+///
+/// A port from that range (what binding port 0 gives) can be taken, between
+/// this call and the peer's bind, as the source port of any outgoing
+/// connection on the machine, and [`wait_for_tcp`] could even connect to
+/// itself there (TCP simultaneous open) while nothing listens yet: the
+/// peer's bind then fails and the test sees "connection refused" (CI,
+/// stop 24). Ports below the range are only ever taken by listeners.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind port 0")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = below_ephemeral();
+    let span = u32::from(high - low);
+    // Test binaries of one run may overlap: start each at its own offset.
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = low + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {low}..{high}")
+}
+
+/// A port range below the kernel's ephemeral one (`ip_local_port_range`).
+fn below_ephemeral() -> (u16, u16) {
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let high = first.clamp(12_000, 32_768);
+    (high - 10_000, high)
 }
 
 /// Waits until something accepts TCP connections at `addr`.
@@ -154,8 +184,11 @@ pub fn free_port() -> u16 {
 pub fn wait_for_tcp(addr: SocketAddr, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            // A connection to itself (simultaneous open) is not a listener.
+            if s.local_addr().ok() != Some(addr) {
+                return;
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
