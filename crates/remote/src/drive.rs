@@ -34,7 +34,7 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
                 tcp: (!s.tcp.is_empty()).then(|| TcpCounters {
                     bytes: s.tcp.iter().map(|i| i.bytes_received + i.bytes_acked).sum(),
                     total_retrans: s.tcp.iter().map(|i| i.total_retrans).sum(),
-                    rtt_us: s.tcp.iter().map(|i| i.rtt_us).max().unwrap_or(0),
+                    rtt_us: s.tcp.iter().map(|i| i.data_rtt_us()).max().unwrap_or(0),
                     cwnd_bytes: s
                         .tcp
                         .iter()

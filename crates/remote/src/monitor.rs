@@ -31,7 +31,7 @@ pub(crate) fn session_samples(pool: usize, p: &PoolSnapshot) -> Vec<SessionSampl
                 s.tcp.iter().map(|i| i.bytes_received + i.bytes_acked).sum()
             },
             retransmits: s.tcp.iter().map(|i| u64::from(i.total_retrans)).sum(),
-            rtt_us: s.tcp.iter().map(|i| i.rtt_us).max().unwrap_or(0),
+            rtt_us: s.tcp.iter().map(|i| i.data_rtt_us()).max().unwrap_or(0),
             min_rtt_us: s.tcp.iter().map(|i| i.min_rtt_us).filter(|r| *r > 0).min().unwrap_or(0),
             cwnd_bytes: s.tcp.iter().map(|i| u64::from(i.snd_cwnd) * u64::from(i.snd_mss)).max().unwrap_or(0),
         })

@@ -210,6 +210,25 @@ pub struct TcpInfo {
     pub congestion: Congestion,
 }
 
+impl TcpInfo {
+    /// The smoothed RTT the data sees, microseconds (0 if unknown).
+    ///
+    /// `tcpi_rtt` is measured on what this side sends. A connection that
+    /// mostly receives (an NBD read, an iSCSI Data-In) sends only its small
+    /// requests and ACKs, so that RTT stays where its last request left it:
+    /// a session that joined a full path keeps the empty path's RTT for
+    /// seconds while its data waits in the queue. There the receiver's
+    /// estimate (`tcpi_rcv_rtt`, from the timestamps its data echoes) is
+    /// the one that follows the path.
+    pub fn data_rtt_us(&self) -> u32 {
+        if self.bytes_received > self.bytes_acked && self.rcv_rtt_us > 0 {
+            self.rcv_rtt_us
+        } else {
+            self.rtt_us
+        }
+    }
+}
+
 fn u32_at(b: &[u8], off: usize) -> u32 {
     b.get(off..off + 4).map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
 }
@@ -342,6 +361,26 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_data_rtt_is_the_receivers_where_the_data_comes_in() {
+        // A reader: its requests' RTT stayed at the empty path's 101 ms,
+        // its data comes over 140 ms.
+        let reader = TcpInfo {
+            rtt_us: 101_000,
+            rcv_rtt_us: 140_000,
+            bytes_received: 1 << 30,
+            bytes_acked: 1 << 10,
+            ..TcpInfo::default()
+        };
+        assert_eq!(reader.data_rtt_us(), 140_000);
+        // A writer: its own RTT, whatever the receiver's estimate says.
+        let writer = TcpInfo { bytes_received: 1 << 10, bytes_acked: 1 << 30, ..reader };
+        assert_eq!(writer.data_rtt_us(), 101_000);
+        // No receiver estimate yet (no full segment received).
+        let fresh = TcpInfo { rcv_rtt_us: 0, ..reader };
+        assert_eq!(fresh.data_rtt_us(), 101_000);
+    }
 
     fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
         let mut value: libc::c_int = 0;
