@@ -398,6 +398,42 @@ impl Tuner {
         };
     }
 
+    /// Never searches above `ceiling` again (at least `n_min`): a ceiling
+    /// on N at or above the current one, where the search goes on as it
+    /// was. A later [`set_ceiling`](Self::set_ceiling)`(None)` returns to
+    /// it, not to the configured `n_max`.
+    pub fn limit_to(&mut self, ceiling: usize) {
+        self.cfg.n_max = ceiling.clamp(self.cfg.n_min, self.configured_max);
+        self.configured_max = self.cfg.n_max;
+    }
+
+    /// The share governor found the path full below the N being measured:
+    /// the search continues at or below `ceiling`, with what it learned.
+    ///
+    /// When the bracket search was climbing from a point below `ceiling`
+    /// and has at least one settled sample of the point above it, it
+    /// decides on that point now instead of after the rest of its samples
+    /// (the governor's queue already said what they would): on the quick
+    /// path 4 sessions had room and 16 were full, so the knee search
+    /// probes 5 at once, where holding N at each ceiling the governor
+    /// lowers step by step (16, 13, 11, 8, 6, 5) took four drains.
+    /// Returns the N to move to when that decision lies at or below
+    /// `ceiling`; `None` (nothing changed) otherwise, and the caller holds
+    /// N at the ceiling.
+    pub fn decide_under_ceiling(&mut self, ceiling: usize) -> Option<usize> {
+        let State::Up { best: Some(b), .. } = &self.state else { return None };
+        if self.avg.count == 0 || b.n >= ceiling || self.current <= ceiling || ceiling < self.cfg.n_min {
+            return None;
+        }
+        let mut t = self.clone();
+        t.limit_to(ceiling);
+        t.conclude();
+        (t.current <= ceiling && t.current >= t.cfg.n_min).then(|| {
+            *self = t;
+            self.current
+        })
+    }
+
     /// The configuration.
     pub fn config(&self) -> &TunerConfig {
         &self.cfg
@@ -533,6 +569,13 @@ impl Tuner {
                 return self.step(SampleUse::Pending);
             }
         }
+        self.conclude();
+        self.step(SampleUse::Used)
+    }
+
+    /// Decides on the point being measured with the samples it has, and
+    /// moves to the next N.
+    fn conclude(&mut self) {
         self.point_count = self.avg.count.max(1);
         let g = self.avg.score(self.cfg.resample.is_some_and(|r| r.beyond_noise));
         self.avg = Average::default();
@@ -552,7 +595,6 @@ impl Tuner {
             bracket,
         });
         self.move_to(next);
-        self.step(SampleUse::Used)
     }
 
     /// The goodput the point being measured is compared against, if any.
@@ -1302,6 +1344,47 @@ mod tests {
         let mut t = Tuner::new(cfg).unwrap();
         let seen = run_with(&mut t, thin, |n| Some(n > 4), 100);
         assert_eq!((seen, t.converged()), (vec![4, 16, 5], Some(5)));
+    }
+
+    #[test]
+    fn a_lowered_ceiling_decides_on_what_the_point_showed_so_far() {
+        // The quick path: 4 sessions have room at 936, 16 fill the 956.
+        let thin = |n: usize| (n as f64 * 234.0).min(956.0);
+        let signals = |n: usize| Signals { standing_queue: Some(n > 4), ..Signals::default() };
+        let cfg = TunerConfig {
+            discard_after_change: false,
+            resample: None,
+            samples_per_point: 3,
+            ..TunerConfig::default()
+        };
+        let climbed = || {
+            let mut t = Tuner::new(cfg.clone()).unwrap();
+            while t.current() == 4 {
+                t.observe_with(sample(4, thin(4)), signals(4));
+            }
+            assert_eq!(t.current(), 16);
+            t
+        };
+        // Nothing measured at 16 yet: nothing to decide on.
+        let mut t = climbed();
+        assert_eq!(t.decide_under_ceiling(13), None);
+        assert_eq!(t.current(), 16);
+        // One sample of 16, full: the share governor's ceiling of 13 comes
+        // before the other two. The knee search probes 5 at once, within
+        // the ceiling, and goes on from there.
+        t.observe_with(sample(16, thin(16)), signals(16));
+        assert_eq!(t.decide_under_ceiling(13), Some(5));
+        assert_eq!((t.current(), t.config().n_max, t.phase()), (5, 13, Phase::Knee));
+        for _ in 0..3 {
+            t.observe_with(sample(5, thin(5)), signals(5));
+        }
+        assert_eq!(t.converged(), Some(5));
+        // A ceiling at or below the point with room: nothing learned
+        // applies under it.
+        let mut t = climbed();
+        t.observe_with(sample(16, thin(16)), signals(16));
+        assert_eq!(t.decide_under_ceiling(4), None);
+        assert_eq!(t.current(), 16);
     }
 
     #[test]

@@ -683,9 +683,12 @@ impl Controller {
     /// host's session budget ([`crate::share`]). Call it between intervals
     /// (right after [`on_timeout`](Self::on_timeout) closed one). Below the
     /// current N, N is set to the ceiling and held there (the ceiling is
-    /// where the path is full); above it, the search starts again from the
-    /// current N up to the new ceiling, and not below the current N
-    /// ([`Tuner::search_above_current`]). Returns the decision if N changed.
+    /// where the path is full), unless the tuner was climbing from a point
+    /// below the ceiling and can decide its next N under it
+    /// ([`Tuner::decide_under_ceiling`]). A lower ceiling above the current
+    /// N only bounds the search as it goes ([`Tuner::limit_to`]). A higher
+    /// ceiling starts the search again from the current N up to it, and
+    /// not below the current N ([`Tuner::search_above_current`]). Returns the decision if N changed.
     /// A fixed N is left alone.
     pub fn set_ceiling(&mut self, ceiling: Option<usize>) -> Option<Decision> {
         let Parallelism::Tuned(configured) = &self.config.parallelism else { return None };
@@ -698,6 +701,20 @@ impl Controller {
             return None;
         }
         let lowered = tuner.current() > n_max;
+        if n_max < cfg.n_max {
+            // A lower ceiling: the search goes on under it with what it
+            // learned when it can (a search started again above the
+            // current N would climb back into the queue just found).
+            let mut searching = tuner.clone();
+            if !lowered {
+                searching.limit_to(n_max);
+                self.tuner = Some(searching);
+                return None;
+            }
+            if searching.decide_under_ceiling(n_max).is_some() {
+                return self.replace_tuner(searching);
+            }
+        }
         let n0 = tuner.current().clamp(n_lo, n_max);
         let n_min = if lowered { n_max } else { n_lo };
         let mut tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
