@@ -71,6 +71,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// Most the wait before raising the ceiling again grows to, in multiples
+/// of [`GovernorConfig::release_after`], after raises that were refuted.
+pub const RELEASE_BACKOFF_MAX: usize = 8;
+
 /// How wanblk shares the path with other traffic (`--share`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -238,8 +242,9 @@ pub struct Governor {
     per_session: std::collections::BTreeMap<usize, f64>,
     ceiling: Option<usize>,
     clean: usize,
-    /// Consecutive full intervals so far.
+    /// Consecutive full intervals so far, all at `full_n` sessions.
     full: usize,
+    full_n: Option<usize>,
     /// The last cut, until the queue it aimed at was seen to shrink or not.
     cut: Option<Cut>,
     /// The base RTT was re-taken after a path change: it follows the
@@ -254,6 +259,12 @@ pub struct Governor {
     best_bytes_per_s: f64,
     /// After a re-base: the N the search should start again from.
     restart: Option<usize>,
+    /// The ceiling before the last raise, until a cut refutes the raise
+    /// or another raise confirms it.
+    raised_from: Option<usize>,
+    /// Multiplies `release_after`: doubles each time a raise is refuted
+    /// (up to [`RELEASE_BACKOFF_MAX`]), back to 1 when one holds.
+    release_backoff: usize,
     changes: Vec<CeilingChange>,
 }
 
@@ -267,11 +278,14 @@ impl Governor {
             ceiling: None,
             clean: 0,
             full: 0,
+            full_n: None,
             cut: None,
             rebased: false,
             low: None,
             best_bytes_per_s: 0.0,
             restart: None,
+            raised_from: None,
+            release_backoff: 1,
             changes: Vec::new(),
         }
     }
@@ -351,13 +365,32 @@ impl Governor {
             *best = best.max(per_session);
         }
         let full = queue > allowed && (crowded || self.config.mode == ShareMode::Polite);
-        self.full = if full { self.full + 1 } else { 0 };
+        // Full intervals in a row at this N: a queue seen at a larger N
+        // (or the first interval after leaving it, while that N's queue
+        // drains) does not confirm one at this N.
+        self.full = if !full {
+            0
+        } else if self.full_n == Some(o.n) {
+            self.full + 1
+        } else {
+            1
+        };
+        self.full_n = Some(o.n);
         let new = if queue <= allowed / 2.0 {
             // Room to spare: other traffic may have left.
             self.clean += 1;
+            if self.raised_from.is_some()
+                && self.ceiling.is_some_and(|c| o.n >= c)
+                && self.clean >= self.config.release_after
+            {
+                // The last raise held: the path had room for it.
+                self.raised_from = None;
+                self.release_backoff = 1;
+            }
             match self.ceiling {
-                Some(c) if o.n >= c && self.clean >= self.config.release_after => {
+                Some(c) if o.n >= c && self.clean >= self.config.release_after * self.release_backoff => {
                     self.clean = 0;
+                    self.raised_from = Some(c);
                     Some(c + (c / 4).max(1))
                 }
                 _ => return None,
@@ -398,6 +431,17 @@ impl Governor {
         };
         if new == self.ceiling {
             return None;
+        }
+        if let (Some(c), Some(from)) = (new, self.raised_from) {
+            if c <= from {
+                // The raise is refuted: the queue came back with the
+                // sessions it let in, so it was ours (alone on the path, a
+                // few loss-based sessions keep one). Wait longer before
+                // the next raise instead of cycling at the knee, where
+                // each cut costs a drain.
+                self.raised_from = None;
+                self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
+            }
         }
         if new.is_some_and(|c| c < o.n) {
             self.cut = Some(Cut {
@@ -480,6 +524,8 @@ impl Governor {
         self.base_s = Some(o.rtt_s);
         self.rebased = true;
         self.low = None;
+        self.raised_from = None;
+        self.release_backoff = 1;
         self.per_session.clear();
         self.full = 0;
         self.clean = 0;
@@ -517,6 +563,10 @@ mod tests {
         assert_eq!(g.observe(&obs(16, 100.5)), None, "it was");
         assert_eq!(g.observe(&obs(16, 210.0)), None);
         assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(9)), "confirmed");
+        // At the new N the count starts again: the first interval may
+        // still hold the queue of the 16.
+        assert_eq!(g.observe(&obs(9, 160.0)), None, "16's queue draining");
+        assert_eq!(g.observe(&obs(9, 160.0)), Some(Some(7)), "9 x 125 / 160, confirmed at 9");
     }
 
     fn obs(n: usize, rtt_ms: f64) -> PathObservation {
@@ -676,6 +726,43 @@ mod tests {
         assert_eq!(g.observe(&obs(16, 400.0)), Some(Some(8)));
         assert_eq!(g.observe(&obs(8, 400.0)), Some(None));
         assert_eq!(g.take_restart(), Some(32));
+    }
+
+    #[test]
+    fn a_raise_that_brings_the_queue_back_waits_longer_before_the_next() {
+        // Alone at the knee: 4 sessions keep no queue, 5 keep 40 ms.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        let release = GovernorConfig::new(ShareMode::Fair).release_after;
+        assert_eq!(g.observe(&obs(4, 100.5)), None);
+        assert_eq!(g.observe(&obs(5, 140.0)), Some(Some(4)));
+        let clean_until_raised = |g: &mut Governor| {
+            let mut clean = 0;
+            loop {
+                clean += 1;
+                if let Some(c) = g.observe(&obs(4, 100.5)) {
+                    assert_eq!(c, Some(5));
+                    return clean;
+                }
+                assert!(clean < 100, "never raised");
+            }
+        };
+        assert_eq!(clean_until_raised(&mut g), release);
+        // The raise let the queue back in: cut again, and the next raise
+        // waits twice as long, then four times...
+        assert_eq!(g.observe(&obs(5, 140.0)), Some(Some(4)));
+        assert_eq!(clean_until_raised(&mut g), 2 * release);
+        assert_eq!(g.observe(&obs(5, 140.0)), Some(Some(4)));
+        assert_eq!(clean_until_raised(&mut g), 4 * release);
+        // ...until a raise holds (the path had room at 5: the other
+        // traffic left): then the wait is back to its start.
+        for _ in 0..release - 1 {
+            assert_eq!(g.observe(&obs(5, 100.5)), None);
+        }
+        assert_eq!(g.observe(&obs(5, 100.5)), Some(Some(6)));
+        for _ in 0..release - 1 {
+            assert_eq!(g.observe(&obs(6, 100.5)), None);
+        }
+        assert_eq!(g.observe(&obs(6, 100.5)), Some(Some(7)));
     }
 
     #[test]
