@@ -688,8 +688,8 @@ impl Controller {
     /// ([`Tuner::decide_under_ceiling`]). A lower ceiling above the current
     /// N only bounds the search as it goes ([`Tuner::limit_to`]). A higher
     /// ceiling starts the search again from the current N up to it, and
-    /// not below the current N ([`Tuner::search_above_current`]). Returns the decision if N changed.
-    /// A fixed N is left alone.
+    /// not below the current N ([`Tuner::search_above_current`]). Returns
+    /// the decision if N changed. A fixed N is left alone.
     pub fn set_ceiling(&mut self, ceiling: Option<usize>) -> Option<Decision> {
         let Parallelism::Tuned(configured) = &self.config.parallelism else { return None };
         let tuner = self.tuner.as_ref()?;
