@@ -432,16 +432,16 @@ impl Governor {
         if new == self.ceiling {
             return None;
         }
-        if let (Some(c), Some(from)) = (new, self.raised_from) {
-            if c <= from {
-                // The raise is refuted: the queue came back with the
-                // sessions it let in, so it was ours (alone on the path, a
-                // few loss-based sessions keep one). Wait longer before
-                // the next raise instead of cycling at the knee, where
-                // each cut costs a drain.
-                self.raised_from = None;
-                self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
-            }
+        if let (Some(c), Some(from)) = (new, self.raised_from)
+            && c <= from
+        {
+            // The raise is refuted: the queue came back with the
+            // sessions it let in, so it was ours (alone on the path, a
+            // few loss-based sessions keep one). Wait longer before
+            // the next raise instead of cycling at the knee, where
+            // each cut costs a drain.
+            self.raised_from = None;
+            self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
         }
         if new.is_some_and(|c| c < o.n) {
             self.cut = Some(Cut {
