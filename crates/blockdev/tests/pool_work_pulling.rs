@@ -256,3 +256,22 @@ async fn a_smaller_request_size_and_depth_bound_what_a_session_holds() {
     pool.set_request_bytes(1 << 20).unwrap();
     pool.set_depth(4).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_block_status_of_an_idle_pool_does_not_wait_for_the_side_session() {
+    // The side session (the third one opened) holds every request. With
+    // nothing on the data sessions, the first block status (a copy's
+    // first request) takes them instead of waiting for the side session
+    // to connect: three round trips sooner on a long path.
+    let held = Gate::new();
+    let c = TestConnector::new(
+        32 << 20,
+        vec![Behaviour::default(), Behaviour::default(), Behaviour::gated(&held)],
+    );
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 2, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let map = within("the first block status", pool.block_status(0, 32 << 20)).await.unwrap();
+    assert_eq!(map.iter().map(|e| e.length).sum::<u64>(), 32 << 20);
+    held.open();
+}

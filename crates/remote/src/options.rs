@@ -200,6 +200,7 @@ impl RemoteOptions {
             max_request_bytes: self.max_request_bytes,
             hedge: self.hedge,
             retry: self.retry,
+            background_initial: matches!(self.sessions, Sessions::Auto { .. }),
         }
     }
 

@@ -19,6 +19,12 @@ pub struct PoolConfig {
     pub hedge: Hedge,
     /// Reconnecting, retrying and deadlines.
     pub retry: RetryPolicy,
+    /// [`Pool::open`](super::Pool::open) returns once the first session is
+    /// up and opens the other initial ones in the background, so work
+    /// starts three round trips (their handshakes) sooner; a tuned N,
+    /// whose first interval is a warm-up anyway. Otherwise it waits for
+    /// all of them, and a fixed N starts with all N.
+    pub background_initial: bool,
 }
 
 /// How a pool rides out failures: sessions that fail are replaced,
@@ -101,6 +107,7 @@ impl Default for PoolConfig {
             max_request_bytes: 4 << 20,
             hedge: Hedge::Reads,
             retry: RetryPolicy::default(),
+            background_initial: false,
         }
     }
 }

@@ -159,6 +159,8 @@ struct Shared {
     /// The side session (None inside: could not be opened).
     side: tokio::sync::OnceCell<Option<Arc<dyn Endpoint>>>,
     side_failed: AtomicBool,
+    /// The side session is being opened (in the background).
+    side_opening: AtomicBool,
     /// Pacing of session openings after failures.
     backoff: Mutex<backoff::Backoff>,
     /// A paced opening is scheduled or under way.
@@ -305,6 +307,7 @@ impl Pool {
             last_failure: Mutex::new(None),
             side: tokio::sync::OnceCell::new(),
             side_failed: AtomicBool::new(false),
+            side_opening: AtomicBool::new(false),
             running: Mutex::new(Vec::new()),
             next_running_id: AtomicU64::new(0),
             mean_us: AtomicU64::new(0),
@@ -329,6 +332,11 @@ impl Pool {
         });
         Shared::add_session(&shared, first);
         let pool = Pool { shared, size, caps, serial };
+        if pool.shared.config.background_initial {
+            // The others connect while the first one works.
+            pool.shared.rebalance();
+            return Ok(pool);
+        }
         // Open the other initial sessions now, in parallel, and wait for them
         // so a fixed-N run starts with all N.
         let want = pool.shared.active.load(Ordering::SeqCst);
