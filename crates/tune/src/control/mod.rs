@@ -700,22 +700,22 @@ impl Controller {
         if n_max == cfg.n_max && tuner.current() <= n_max {
             return None;
         }
-        let lowered = tuner.current() > n_max;
+        let current = tuner.current();
+        let lowered = current > n_max;
         if n_max < cfg.n_max {
             // A lower ceiling: the search goes on under it with what it
             // learned when it can (a search started again above the
             // current N would climb back into the queue just found).
-            let mut searching = tuner.clone();
+            let tuner = self.tuner.as_mut()?;
             if !lowered {
-                searching.limit_to(n_max);
-                self.tuner = Some(searching);
+                tuner.limit_to(n_max);
                 return None;
             }
-            if searching.decide_under_ceiling(n_max).is_some() {
-                return self.replace_tuner(searching);
+            if tuner.decide_under_ceiling(n_max).is_some() {
+                return self.follow_tuner();
             }
         }
-        let n0 = tuner.current().clamp(n_lo, n_max);
+        let n0 = current.clamp(n_lo, n_max);
         let n_min = if lowered { n_max } else { n_lo };
         let mut tuner = Tuner::new(TunerConfig { n0, n_min, n_max, ..cfg }).ok()?;
         if !lowered {
@@ -744,9 +744,15 @@ impl Controller {
 
     /// Puts `tuner` in place of the running one and follows its N.
     fn replace_tuner(&mut self, tuner: Tuner) -> Option<Decision> {
-        let before = self.decision.active;
-        self.decision.active = tuner.current();
         self.tuner = Some(tuner);
+        self.follow_tuner()
+    }
+
+    /// Takes the running tuner's N as the active N (and the request plan
+    /// and spares that go with it). Returns the decision if N changed.
+    fn follow_tuner(&mut self) -> Option<Decision> {
+        let before = self.decision.active;
+        self.decision.active = self.tuner.as_ref()?.current();
         if self.decision.active == before {
             return None;
         }
