@@ -379,22 +379,18 @@ impl Governor {
         let new = if queue <= allowed / 2.0 {
             // Room to spare: other traffic may have left.
             self.clean += 1;
-            if self.raised_from.is_some()
-                && self.ceiling.is_some_and(|c| o.n >= c)
-                && self.clean >= self.config.release_after
-            {
+            let c = self.ceiling.filter(|c| o.n >= *c)?;
+            if self.raised_from.is_some() && self.clean >= self.config.release_after {
                 // The last raise held: the path had room for it.
                 self.raised_from = None;
                 self.release_backoff = 1;
             }
-            match self.ceiling {
-                Some(c) if o.n >= c && self.clean >= self.config.release_after * self.release_backoff => {
-                    self.clean = 0;
-                    self.raised_from = Some(c);
-                    Some(c + (c / 4).max(1))
-                }
-                _ => return None,
+            if self.clean < self.config.release_after * self.release_backoff {
+                return None;
             }
+            self.clean = 0;
+            self.raised_from = Some(c);
+            Some(c + (c / 4).max(1))
         } else if queue <= allowed {
             // Full, within what the mode allows: stay.
             self.clean = 0;
