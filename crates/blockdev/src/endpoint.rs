@@ -230,6 +230,14 @@ pub trait Endpoint: Send + Sync {
         None
     }
 
+    /// The largest read this store answers with one buffer right now (the
+    /// session pool: its current request size; a longer read is cut into
+    /// requests whose replies are joined by a copy). A caller that cuts its
+    /// reads to it saves that copy. `None`: any size.
+    fn preferred_read_bytes(&self) -> Option<u32> {
+        None
+    }
+
     /// Reads `len` bytes at `offset`. Returns exactly `len` bytes or an error.
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes>;
 

@@ -90,10 +90,23 @@ impl Planner {
         }
     }
 
+    /// The next piece. Pieces that are read are cut further to the
+    /// source's preferred read size when it is smaller than the request
+    /// size (a session pool whose requests shrank as N grew), so each read
+    /// is one request and its reply one buffer, not parts joined by a copy.
     pub(crate) async fn next(&mut self, src: &dyn Endpoint) -> Result<Option<Piece>, EndpointError> {
         loop {
             if let Some(p) = self.pending.pop_front() {
-                return Ok(Some(p));
+                let read = matches!(p.kind, PieceKind::Data) || (p.kind == PieceKind::Done && self.read_done);
+                let step =
+                    src.preferred_read_bytes().map_or(self.request, |b| u64::from(b).clamp(1, self.request));
+                if !read || p.len <= step {
+                    return Ok(Some(p));
+                }
+                let boundary = (p.offset / step).saturating_add(1).saturating_mul(step);
+                let n = boundary.min(p.offset + p.len) - p.offset;
+                self.pending.push_front(Piece { offset: p.offset + n, len: p.len - n, kind: p.kind });
+                return Ok(Some(Piece { offset: p.offset, len: n, kind: p.kind }));
             }
             if self.pos >= self.size {
                 return Ok(None);
@@ -153,6 +166,77 @@ mod tests {
         assert_eq!((pieces[0].0, pieces[0].1), (1000, (1 << 20) - 1000));
         assert!(pieces[1..].iter().all(|(o, _, _)| o % (1 << 20) == 0));
         assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), 3 << 20);
+    }
+
+    /// A store that prefers reads of `prefer` bytes (as a session pool
+    /// does after its requests shrank), reading as zeroes.
+    struct Prefers {
+        prefer: u32,
+        inner: wanblk_blockdev::local::MemoryEndpoint,
+    }
+
+    #[async_trait::async_trait]
+    impl Endpoint for Prefers {
+        fn name(&self) -> &str {
+            "prefers"
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
+            self.inner.capabilities()
+        }
+        fn preferred_read_bytes(&self) -> Option<u32> {
+            Some(self.prefer)
+        }
+        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<bytes::Bytes> {
+            self.inner.read(offset, len).await
+        }
+        async fn write(&self, offset: u64, data: bytes::Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
+            self.inner.write(offset, data, fua).await
+        }
+        async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> wanblk_blockdev::Result<()> {
+            self.inner.write_zeroes(offset, len, may_trim).await
+        }
+        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
+            self.inner.trim(offset, len).await
+        }
+        async fn flush(&self) -> wanblk_blockdev::Result<()> {
+            self.inner.flush().await
+        }
+    }
+
+    async fn drain(p: &mut Planner, src: &dyn Endpoint) -> Vec<(u64, u64, PieceKind)> {
+        let mut out = Vec::new();
+        while let Some(x) = p.next(src).await.unwrap() {
+            out.push((x.offset, x.len, x.kind));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn reads_follow_the_sources_preferred_size_and_zero_pieces_do_not() {
+        use wanblk_blockdev::local::{Fill, MemoryEndpoint};
+        let size = 12u64 << 20;
+        let mut src = Prefers { prefer: 1 << 20, inner: MemoryEndpoint::new("m", size, Fill::Zero) };
+        let mut p = Planner::new(size, 4 << 20, false, RangeSet::new(), false);
+        p.push_run(4096, 5 << 20, PieceKind::Data);
+        p.push_run((5 << 20) + 4096, 6 << 20, PieceKind::Zero);
+        p.pos = size;
+        let pieces = drain(&mut p, &src).await;
+        let data: Vec<_> = pieces.iter().filter(|x| x.2 == PieceKind::Data).collect();
+        // The first ends on a 1 MiB boundary, the rest start on one; none is larger.
+        assert_eq!((data[0].0, data[0].1), (4096, (1 << 20) - 4096));
+        assert!(data[1..].iter().all(|x| x.0 % (1 << 20) == 0 && x.1 <= 1 << 20));
+        assert_eq!(data.iter().map(|x| x.1).sum::<u64>(), 5 << 20);
+        // Zero pieces move no payload: still cut at the request size.
+        assert!(pieces.iter().filter(|x| x.2 == PieceKind::Zero).any(|x| x.1 > 1 << 20));
+        // A preference above the request size does not grow the pieces.
+        src.prefer = 64 << 20;
+        let mut p = Planner::new(size, 4 << 20, false, RangeSet::new(), false);
+        p.push_run(0, size, PieceKind::Data);
+        p.pos = size;
+        assert!(drain(&mut p, &src).await.iter().all(|x| x.1 == 4 << 20));
     }
 
     #[test]

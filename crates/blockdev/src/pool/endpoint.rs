@@ -79,6 +79,10 @@ impl Endpoint for Pool {
         self.serial.clone()
     }
 
+    fn preferred_read_bytes(&self) -> Option<u32> {
+        Some(self.request_bytes().max(1))
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         self.read_as(offset, len, false).await
     }
