@@ -177,13 +177,18 @@ impl Remote {
         self.pools.iter().map(|p| p.max_request_bytes()).min().unwrap_or(self.options.max_request_bytes)
     }
 
-    /// How many pieces of `piece_bytes` keep the busiest pool's active
-    /// sessions busy now (at least 1; twice the depth without pools).
-    pub fn slots(&self, piece_bytes: u32) -> impl Fn() -> usize + Send + Sync + 'static {
+    /// How many pieces of `piece_bytes()` bytes (the copy's piece size
+    /// now: it follows a source pool's request size) keep the busiest
+    /// pool's active sessions busy (at least 1; twice the depth without
+    /// pools).
+    pub fn slots(
+        &self,
+        piece_bytes: impl Fn() -> u32 + Send + Sync + 'static,
+    ) -> impl Fn() -> usize + Send + Sync + 'static {
         let pools = self.pools.clone();
         let without = self.options.max_depth.max(1) * 2;
-        let piece = u64::from(piece_bytes.max(1));
         move || {
+            let piece = u64::from(piece_bytes().max(1));
             pools.iter().map(|p| p.capacity_bytes().div_ceil(piece).max(1) as usize).max().unwrap_or(without)
         }
     }

@@ -206,6 +206,10 @@ struct Hold {
     side: bool,
     count: u32,
     mean: f64,
+    /// Intervals in a row with room (no standing queue) and goodput well
+    /// below the search's peak, and their mean.
+    room: u32,
+    room_mean: f64,
 }
 
 /// Duration-weighted running mean of the samples of one point, and the
@@ -325,6 +329,9 @@ pub struct Tuner {
     /// Goodput of every point decided on in this search (cleared when
     /// re-tuning starts a new one), for the model's bounds.
     measured: BTreeMap<usize, f64>,
+    /// The best goodput a point of this search scored: what the path
+    /// carried at least once since the search began.
+    peak: f64,
     warmup_pending: bool,
     avg: Average,
     noise: Noise,
@@ -349,6 +356,7 @@ impl Tuner {
             state: State::Up { lower: cfg.n_min - 1, best: None, may_turn_down: false },
             signals: Signals::default(),
             measured: BTreeMap::new(),
+            peak: 0.0,
             warmup_pending: cfg.discard_after_change,
             avg: Average::default(),
             noise: Noise::default(),
@@ -581,6 +589,7 @@ impl Tuner {
         self.avg = Average::default();
         let phase = self.phase();
         let n = self.current;
+        self.peak = self.peak.max(g);
         let next = self.decide(g);
         let bracket = match &self.state {
             State::Golden { bracket, .. } => Some(*bracket),
@@ -865,17 +874,48 @@ impl Tuner {
     /// Holds at `m` from now on.
     fn converge(&mut self, m: Point) -> usize {
         self.state =
-            State::Converged(Hold { level: m.own, level_samples: 1, side: false, count: 0, mean: 0.0 });
+            State::Converged(Hold {
+                level: m.own,
+                level_samples: 1,
+                side: false,
+                count: 0,
+                mean: 0.0,
+                room: 0,
+                room_mean: 0.0,
+            });
         self.report.final_n = Some(m.n);
         self.report.converged_at_interval = Some(self.intervals);
         m.n
     }
 
     /// A converged sample: track the level, and restart the search when
-    /// goodput has moved away from it for long enough.
+    /// goodput has moved away from it for long enough, or has stayed well
+    /// below the search's peak while the path had room.
+    ///
+    /// The second rule is for sessions whose rate falls with no queue to
+    /// show for it: under random loss every new connection overshoots in
+    /// slow start and its window then shrinks for many seconds towards
+    /// what the loss rate allows, so a point measured early reads high and
+    /// the N it chose carries less and less. The level follows such a slow
+    /// decline; the peak does not. With a standing queue the path is full
+    /// (or shared) and more sessions would only take share: no restart.
     fn hold(&mut self, g: f64) {
         let Some(rt) = self.cfg.retune else { return };
+        let room = self.signals.standing_queue == Some(false)
+            && self.current < self.cfg.n_max
+            && g < self.peak * (1.0 - rt.threshold);
         let State::Converged(h) = &mut self.state else { return };
+        if room {
+            h.room += 1;
+            h.room_mean += (g - h.room_mean) / f64::from(h.room);
+            if h.room >= rt.consecutive {
+                let level = h.room_mean;
+                self.restart(level);
+                return;
+            }
+        } else {
+            (h.room, h.room_mean) = (0, 0.0);
+        }
         let deviation = g - h.level;
         if deviation.abs() <= rt.threshold * h.level {
             h.count = 0;
@@ -907,6 +947,7 @@ impl Tuner {
         let count = self.cfg.retune.map_or(1, |rt| rt.consecutive);
         let here = Point { count, ..Point::at(n, level) };
         self.measured.clear();
+        self.peak = level;
         self.report.retunes = self.report.retunes.saturating_add(1);
         self.report.final_n = None;
         let next = if n < self.cfg.n_max {
@@ -1344,6 +1385,43 @@ mod tests {
         let mut t = Tuner::new(cfg).unwrap();
         let seen = run_with(&mut t, thin, |n| Some(n > 4), 100);
         assert_eq!((seen, t.converged()), (vec![4, 16, 5], Some(5)));
+    }
+
+    #[test]
+    fn a_slow_decline_with_room_restarts_the_search_upwards_and_one_with_a_queue_does_not() {
+        // Random loss: 16 sessions first carry the 956 (slow start), then
+        // their windows shrink, 2 % per interval, with no queue standing.
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let converged_at_16 = || {
+            let mut t = Tuner::new(cfg.clone()).unwrap();
+            let cap = |n: usize| (n as f64 * 60.0).min(956.0);
+            run_with(&mut t, cap, |n| Some(n as f64 * 60.0 > 956.0), 100);
+            assert_eq!(t.converged(), Some(16));
+            t
+        };
+        let decline = |t: &mut Tuner, queue: bool| {
+            let mut g = 956.0;
+            for i in 0..20 {
+                g *= 0.98;
+                let step = t.observe_with(sample(16, g), Signals { standing_queue: Some(queue), ..Signals::default() });
+                if step.next_n != 16 {
+                    return Some((i, step.next_n));
+                }
+            }
+            None
+        };
+        // Each sample stays within 20 % of the level it follows, so only
+        // the peak tells; 0.8 x 956 is crossed at the 12th sample.
+        let mut t = converged_at_16();
+        let (i, next) = decline(&mut t, false).expect("a restart");
+        assert!(next > 16, "upwards: {next}");
+        assert!(i <= 14, "three intervals after the crossing: {i}");
+        // The same decline behind a standing queue (the path is full or
+        // shared, more sessions would only take share): only the level's
+        // own rule restarts, once the level has stopped following.
+        let mut t = converged_at_16();
+        let (j, _) = decline(&mut t, true).expect("the level's rule");
+        assert!(j > i + 1, "room {i}, queue {j}");
     }
 
     #[test]

@@ -284,8 +284,13 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         remote.fault_status(),
     );
     let opts = copy_options(&args, &remote, &src, &dst, journal.as_ref());
-    let slots = remote.slots(opts.max_request_bytes);
     let piece = opts.max_request_bytes;
+    // Pieces read from a source pool follow its request size (the copy
+    // engine's planner): count slots in those.
+    let reads = (!src.stdio).then(|| Arc::clone(&src.endpoint));
+    let slots = remote.slots(move || {
+        reads.as_ref().and_then(|ep| ep.preferred_read_bytes()).map_or(piece, |b| b.clamp(1, piece))
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     let signalled = stop_rx.clone();
     let signals = crate::signals::watch(
