@@ -52,9 +52,10 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
 }
 
 /// The counters of `pools` now, with `completed` bytes of completed requests.
-pub(crate) fn counters(pools: &[Arc<Pool>], completed: u64) -> Counters {
+pub(crate) fn counters(pools: &[Arc<Pool>], completed: u64, remaining: Option<u64>) -> Counters {
     Counters {
         completed_bytes: completed,
+        remaining_bytes: remaining,
         pools: pools.iter().map(|p| pool_counters(&p.snapshot())).collect(),
     }
 }
@@ -105,7 +106,7 @@ pub(crate) async fn run(
     host: Option<HostLink>,
     mut pacer: Option<(EnsemblePacer, Option<u64>)>,
     pools: Vec<Arc<Pool>>,
-    completed: impl Fn() -> u64,
+    (completed, remaining): (impl Fn() -> u64, impl Fn() -> Option<u64>),
     sessions: Arc<AtomicUsize>,
     mut stop: watch::Receiver<bool>,
 ) -> (Controller, Governor, usize) {
@@ -118,7 +119,7 @@ pub(crate) async fn run(
         }
         let before = ctl.decision().active;
         let measured = ctl.samples().len();
-        let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed()));
+        let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed(), remaining()));
         if ctl.samples().len() > measured
             && let Some(o) = observation(&ctl, &pools)
         {
@@ -159,7 +160,7 @@ pub(crate) async fn run(
             }
         }
     }
-    ctl.finish(Instant::now(), &counters(&pools, completed()));
+    ctl.finish(Instant::now(), &counters(&pools, completed(), remaining()));
     let copies = host.as_ref().map_or(1, HostLink::peak_copies);
     (ctl, governor, copies)
 }

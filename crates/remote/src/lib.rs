@@ -241,12 +241,26 @@ impl Remote {
     /// # Errors
     /// The tuner's configuration is invalid.
     pub fn start(&mut self, completed: impl Fn() -> u64 + Send + 'static) -> Result<(), RemoteError> {
+        self.start_with_remaining(completed, || None)
+    }
+
+    /// [`start`](Self::start) for a job of known size: `remaining` tells
+    /// the bytes still to move. Near the end (less left than a probe of N
+    /// takes to pay off) the controller stops changing N: new sessions
+    /// would still be in slow start when the work runs out, and fewer would
+    /// leave their requests to drain.
+    pub fn start_with_remaining(
+        &mut self,
+        completed: impl Fn() -> u64 + Send + 'static,
+        remaining: impl Fn() -> Option<u64> + Send + 'static,
+    ) -> Result<(), RemoteError> {
         if self.running.is_some() || self.stopped.is_some() {
             return Ok(());
         }
         let cores = std::thread::available_parallelism().map_or(0, usize::from);
         let config = self.options.controller_config(!self.pools.is_empty(), cores);
-        let ctl = Controller::new(config, &drive::counters(&self.pools, completed()), Instant::now())?;
+        let ctl =
+            Controller::new(config, &drive::counters(&self.pools, completed(), remaining()), Instant::now())?;
         drive::apply(&self.pools, ctl.decision());
         self.sessions.store(ctl.decision().active, Ordering::Relaxed);
         let (stop, stop_rx) = watch::channel(false);
@@ -275,7 +289,7 @@ impl Remote {
             host,
             self.options.ensemble_pacing.then(|| (EnsemblePacer::new(), self.options.rate_cap_bytes_per_s)),
             self.pools.clone(),
-            completed,
+            (completed, remaining),
             Arc::clone(&self.sessions),
             stop_rx,
         ));

@@ -873,16 +873,15 @@ impl Tuner {
 
     /// Holds at `m` from now on.
     fn converge(&mut self, m: Point) -> usize {
-        self.state =
-            State::Converged(Hold {
-                level: m.own,
-                level_samples: 1,
-                side: false,
-                count: 0,
-                mean: 0.0,
-                room: 0,
-                room_mean: 0.0,
-            });
+        self.state = State::Converged(Hold {
+            level: m.own,
+            level_samples: 1,
+            side: false,
+            count: 0,
+            mean: 0.0,
+            room: 0,
+            room_mean: 0.0,
+        });
         self.report.final_n = Some(m.n);
         self.report.converged_at_interval = Some(self.intervals);
         m.n
@@ -1403,7 +1402,10 @@ mod tests {
             let mut g = 956.0;
             for i in 0..20 {
                 g *= 0.98;
-                let step = t.observe_with(sample(16, g), Signals { standing_queue: Some(queue), ..Signals::default() });
+                let step = t.observe_with(
+                    sample(16, g),
+                    Signals { standing_queue: Some(queue), ..Signals::default() },
+                );
                 if step.next_n != 16 {
                     return Some((i, step.next_n));
                 }

@@ -565,3 +565,40 @@ fn a_rate_cap_is_the_ceiling() {
     let most = c.samples().iter().map(|s| s.n).max().unwrap();
     assert!(most > 16, "the check above cannot fail: {most}");
 }
+
+/// The driver's loop for a job of `total` bytes: the counters say what is
+/// left to move, as `wanblk copy` tells its controller.
+fn drive_job(c: &mut Controller, sim: &mut SessionSim, until_s: f64, total: u64) {
+    while sim.elapsed_s() < until_s {
+        let t = c.poll_timeout();
+        sim.advance_to(t);
+        let mut k = sim.counters();
+        k.remaining_bytes = Some(total.saturating_sub(k.completed_bytes));
+        if let Some(d) = c.on_timeout(t, &k) {
+            sim.apply(d);
+        }
+    }
+}
+
+#[test]
+fn n_is_held_once_the_job_is_about_to_end() {
+    // The knee of this path is about 16: from N0 = 4 the search climbs.
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
+    let run = |total: u64| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now());
+        let mut c = start(tuned(), &mut sim);
+        drive_job(&mut c, &mut sim, 20.0, total);
+        c
+    };
+    // A job far larger than 20 s of the path: the search moves.
+    let c = run(1 << 40);
+    assert!(c.samples().iter().any(|s| s.n != 4), "the search moves");
+    assert!(c.samples().iter().all(|s| !s.ending));
+    // One of 0.1 s at the path's rate (12.5 MB), where a second of it is the
+    // horizon: N0 stays from the first sample on, and the samples say why.
+    let c = run(12_500_000);
+    show("a short job", c.samples());
+    assert!(c.samples().iter().all(|s| s.n == 4));
+    let measured: Vec<_> = c.samples().iter().filter(|s| s.goodput_mbps > 0.0).collect();
+    assert!(!measured.is_empty() && measured.iter().all(|s| s.ending && s.discarded), "{measured:?}");
+}

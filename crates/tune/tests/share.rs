@@ -61,6 +61,7 @@ fn counters(active: usize, bytes: &[u64; 64], retrans: &[u32; 64], rtt: f64) -> 
         PoolLimits { max_sessions: 64, max_request_bytes: 4 << 20, request_align: 512, max_depth: 4 };
     Counters {
         completed_bytes: bytes.iter().sum(),
+        remaining_bytes: None,
         pools: vec![PoolCounters {
             limits,
             sessions: (0..64)

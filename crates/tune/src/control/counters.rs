@@ -10,6 +10,9 @@ pub struct Counters {
     /// Payload bytes of completed requests since the start (monotonic): the
     /// copy's progress, or the pool's own count.
     pub completed_bytes: u64,
+    /// Bytes the job still has to move, when it knows (a copy: its size
+    /// less what is done); `None` for an open-ended one (a front end).
+    pub remaining_bytes: Option<u64>,
     /// One entry per pool, always in the same order.
     pub pools: Vec<PoolCounters>,
 }
@@ -355,6 +358,7 @@ mod tests {
         };
         let c = |sessions| Counters {
             completed_bytes: 0,
+            remaining_bytes: None,
             pools: vec![PoolCounters {
                 limits: PoolLimits::default(),
                 sessions,
@@ -396,6 +400,7 @@ mod queue_tests {
             .collect();
         Counters {
             completed_bytes: 0,
+            remaining_bytes: None,
             pools: vec![PoolCounters {
                 limits: PoolLimits::default(),
                 sessions,

@@ -243,6 +243,13 @@ pub const SETTLE_WINDOWS: usize = 3;
 /// nothing about N, and the tuner does not see it (the default of
 /// [`ControllerConfig::demand_limited`]).
 pub const DEMAND_LIMITED: f64 = 0.5;
+/// A job with less left to move than this many round trips (at least
+/// [`END_MIN`]) carry at its goodput is ending: N is held from then on. A
+/// step of N pays connects, slow start and a measurement (or a drain)
+/// before it can pay off, which takes about this long.
+pub const END_RTTS: f64 = 20.0;
+/// The least time [`END_RTTS`] stands for.
+pub const END_MIN: Duration = Duration::from_secs(1);
 /// How often the drain and connect waits look at the sessions.
 pub const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// Shortest interval, whatever the policy says (so time always moves).
@@ -399,6 +406,8 @@ pub struct Controller {
     /// When N last changed, seconds since the start.
     last_change_s: Option<f64>,
     small_path: bool,
+    /// The job is ending (see [`END_RTTS`]): N is held.
+    ending: bool,
     /// The smallest RTT seen on the path, seconds (0 unknown).
     path_rtt_s: f64,
     /// The path's base RTT as re-taken after a path change (seconds), where
@@ -470,6 +479,7 @@ impl Controller {
             decreased: false,
             last_change_s: None,
             small_path,
+            ending: false,
             path_rtt_s: rtt,
             path_base_s: None,
             bursty: false,
@@ -980,6 +990,7 @@ impl Controller {
             connect_wait_s: waits.1,
             busy,
             demand_limited,
+            ending: false,
             standing_queue,
             request_bytes: 0,
             depth: 0,
@@ -999,7 +1010,13 @@ impl Controller {
             } else {
                 Signals::default()
             };
-            if let Some(t) = self.tuner.as_mut() {
+            let horizon_s = (END_RTTS * rtt_s).max(END_MIN.as_secs_f64());
+            self.ending |= counters
+                .remaining_bytes
+                .is_some_and(|r| goodput.is_finite() && (r as f64) < goodput * horizon_s);
+            sample.ending = self.ending;
+            sample.discarded |= self.ending;
+            if let Some(t) = self.tuner.as_mut().filter(|_| !sample.ending) {
                 if self.config.rate_cap_bytes_per_s.is_some() {
                     t.set_ceiling(capped.then_some(n));
                 }
@@ -1074,6 +1091,7 @@ mod tests {
             PoolLimits { max_sessions, max_request_bytes: 1 << 20, request_align: 512, max_depth: 4 };
         Counters {
             completed_bytes: 0,
+            remaining_bytes: None,
             pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None, connecting: 0 }],
         }
     }
@@ -1106,7 +1124,7 @@ mod tests {
         assert_eq!(c.on_timeout(now, &Counters::default()), None);
         let t = c.poll_timeout();
         assert_eq!(t - now, Duration::from_millis(250));
-        let done = Counters { completed_bytes: 1 << 20, pools: Vec::new() };
+        let done = Counters { completed_bytes: 1 << 20, remaining_bytes: None, pools: Vec::new() };
         assert_eq!(c.on_timeout(t - Duration::from_millis(1), &done), None, "too early: nothing happens");
         assert_eq!(c.samples().len(), 0);
         assert_eq!(c.on_timeout(t, &done), None, "a fixed N without pools decides nothing");

@@ -61,6 +61,11 @@ pub struct IntervalSample {
     /// goodput measured the application's demand, not the path, and the
     /// tuner was not given the sample.
     pub demand_limited: bool,
+    /// The job was about to end (less left to move than
+    /// [`END_RTTS`](crate::END_RTTS) round trips carry at this goodput):
+    /// from this interval on N is held, and the tuner was not given it.
+    #[serde(default)]
+    pub ending: bool,
     /// The active sessions' RTT stood above its minimum at the end of the
     /// interval (a full path), as given to the tuner; `None` when unknown.
     #[serde(deserialize_with = "Option::deserialize")]

@@ -271,6 +271,7 @@ impl SessionSim {
             .collect();
         Counters {
             completed_bytes: self.completed as u64,
+            remaining_bytes: None,
             pools: vec![PoolCounters {
                 limits: self.limits,
                 sessions,

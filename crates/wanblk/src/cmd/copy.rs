@@ -274,7 +274,16 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     progress.total.store(size, Ordering::Relaxed);
     let phase = Arc::new(PhaseCell::default());
     let counted = Arc::clone(&progress);
-    remote.start(move || counted.data.load(Ordering::Relaxed))?;
+    // What is left: known once the copy has sized the job (0 until then),
+    // never for a stream read from stdin (its total grows as it is read).
+    let (left, sized) = (Arc::clone(&progress), !src.stdio);
+    remote.start_with_remaining(
+        move || counted.data.load(Ordering::Relaxed),
+        move || {
+            let total = left.total.load(Ordering::Relaxed);
+            (sized && total > 0).then(|| total.saturating_sub(left.done.load(Ordering::Relaxed)))
+        },
+    )?;
     phase.set(Phase::Copying);
     let reporter = Reporter::start(
         display,
