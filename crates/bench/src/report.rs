@@ -100,6 +100,7 @@ pub(crate) mod tests {
             connect_wait_s: 0.0,
             busy: None,
             demand_limited: false,
+            ending: false,
             standing_queue: None,
             request_bytes: 1 << 20,
             depth: 4,
