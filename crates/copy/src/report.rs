@@ -241,6 +241,7 @@ mod tests {
             connect_wait_s: 0.0,
             busy: Some(0.97),
             demand_limited: false,
+            ending: false,
             standing_queue: Some(true),
             request_bytes: 1 << 20,
             depth: 8,
