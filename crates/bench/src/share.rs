@@ -206,6 +206,10 @@ struct Bench<'a> {
     size: u64,
     /// The path's name in the cases ("" for the first path).
     label: String,
+    /// Where every copy's report is kept (`--out`/reports), and how many
+    /// so far (their names start with it).
+    keep: PathBuf,
+    kept: std::cell::Cell<u32>,
 }
 
 /// iperf3 running in reverse (server to client, as a restore).
@@ -224,6 +228,7 @@ struct Copy {
     stderr: PathBuf,
     started: Instant,
     name: String,
+    mode: String,
 }
 
 impl<'a> Bench<'a> {
@@ -235,6 +240,7 @@ impl<'a> Bench<'a> {
         exe: &'a Path,
         size: u64,
         label: String,
+        keep: PathBuf,
     ) -> anyhow::Result<Self> {
         let work = tempfile::Builder::new().prefix("wanblk-share-").tempdir()?;
         Ok(Bench {
@@ -246,6 +252,8 @@ impl<'a> Bench<'a> {
             next_port: 5201,
             size,
             label,
+            keep,
+            kept: std::cell::Cell::new(0),
         })
     }
 
@@ -315,7 +323,7 @@ impl<'a> Bench<'a> {
             .stderr(std::fs::File::create(&stderr)?);
         wanblk_sys::process::terminate_with_parent(&mut c);
         let child = self.path.scenario().spawn(Side::Client, &mut c).context("starting wanblk copy")?;
-        Ok(Copy { child, report, stderr, started: Instant::now(), name: name.to_string() })
+        Ok(Copy { child, report, stderr, started: Instant::now(), name: name.to_string(), mode: mode.to_string() })
     }
 
     /// Waits for a copy; its party, times relative to `t0`.
@@ -326,6 +334,15 @@ impl<'a> Bench<'a> {
             bail!("{} failed: {}", c.name, std::fs::read_to_string(&c.stderr).unwrap_or_default());
         }
         let r = crate::report::read(&c.report, &c.name)?;
+        // Kept for a look at the tuner's and the governor's record.
+        let k = self.kept.get() + 1;
+        self.kept.set(k);
+        let slug: String = format!("{}{}-{}", self.label, c.name, c.mode)
+            .chars()
+            .map(|x| if x.is_ascii_alphanumeric() { x } else { '-' })
+            .collect();
+        std::fs::create_dir_all(&self.keep)?;
+        std::fs::copy(&c.report, self.keep.join(format!("{k:02}-{slug}.json")))?;
         let off = c.started.duration_since(t0).as_secs_f64();
         Ok((party(&c.name, &r, off), ended))
     }
@@ -495,7 +512,8 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         opts.delay_ms,
         opts.modes.join(", ")
     );
-    let mut b = Bench::new(path, &spec, exe, opts.size, String::new())?;
+    let keep = opts.out_dir.join("reports");
+    let mut b = Bench::new(path, &spec, exe, opts.size, String::new(), keep.clone())?;
     let link = {
         let f = b.flows(8, 12)?;
         let ip = b.finish_flows(f)?;
@@ -548,7 +566,7 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         let path =
             BenchPath::start(&spec, exe, opts.size).with_context(|| format!("starting the {label} path"))?;
         println!("  path: {label}");
-        let mut b = Bench::new(path, &spec, exe, opts.size, label)?;
+        let mut b = Bench::new(path, &spec, exe, opts.size, label, keep.clone())?;
         show(b.alone(first)?, &mut cases);
         if opts.copies.contains(&2) {
             show(b.together(2, first, true)?, &mut cases);
