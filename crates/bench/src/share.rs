@@ -323,7 +323,14 @@ impl<'a> Bench<'a> {
             .stderr(std::fs::File::create(&stderr)?);
         wanblk_sys::process::terminate_with_parent(&mut c);
         let child = self.path.scenario().spawn(Side::Client, &mut c).context("starting wanblk copy")?;
-        Ok(Copy { child, report, stderr, started: Instant::now(), name: name.to_string(), mode: mode.to_string() })
+        Ok(Copy {
+            child,
+            report,
+            stderr,
+            started: Instant::now(),
+            name: name.to_string(),
+            mode: mode.to_string(),
+        })
     }
 
     /// Waits for a copy; its party, times relative to `t0`.
