@@ -582,23 +582,28 @@ fn drive_job(c: &mut Controller, sim: &mut SessionSim, until_s: f64, total: u64)
 
 #[test]
 fn n_is_held_once_the_job_is_about_to_end() {
-    // The knee of this path is about 16: from N0 = 4 the search climbs.
+    // The knee of this path is about 16: from N0 = 4 the search climbs
+    // and probes for many seconds.
     let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
     let run = |total: u64| {
         let mut sim = SessionSim::new(path, limits(), Instant::now());
         let mut c = start(tuned(), &mut sim);
-        drive_job(&mut c, &mut sim, 20.0, total);
+        drive_job(&mut c, &mut sim, 30.0, total);
         c
     };
-    // A job far larger than 20 s of the path: the search moves.
-    let c = run(1 << 40);
-    assert!(c.samples().iter().any(|s| s.n != 4), "the search moves");
-    assert!(c.samples().iter().all(|s| !s.ending));
-    // One of 0.1 s at the path's rate (12.5 MB), where a second of it is the
-    // horizon: N0 stays from the first sample on, and the samples say why.
-    let c = run(12_500_000);
+    // 500 MB: about 5 s of this path. Ending once less is left than
+    // 20 RTTs (2 s) carry at the lowest recent goodput, never before 2 s.
+    let c = run(500_000_000);
     show("a short job", c.samples());
-    assert!(c.samples().iter().all(|s| s.n == 4));
-    let measured: Vec<_> = c.samples().iter().filter(|s| s.goodput_mbps > 0.0).collect();
-    assert!(!measured.is_empty() && measured.iter().all(|s| s.ending && s.discarded), "{measured:?}");
+    let first = c.samples().iter().position(|s| s.ending).expect("it ends");
+    let held = c.samples()[first].n;
+    assert!(c.samples()[first].t_s >= 2.0);
+    assert!(c.samples()[first..].iter().all(|s| s.n == held && s.ending && s.discarded), "{:?}", c.samples());
+    // A job far larger than 30 s of the path: nothing ends, and N still
+    // moves after that time (so the check above can fail).
+    let t_end = c.samples()[first].t_s;
+    let c = run(1 << 40);
+    assert!(c.samples().iter().all(|s| !s.ending));
+    let later: Vec<usize> = c.samples().iter().filter(|s| s.t_s > t_end).map(|s| s.n).collect();
+    assert!(later.windows(2).any(|w| w[0] != w[1]), "N moves after {t_end} s: {later:?}");
 }

@@ -1010,10 +1010,23 @@ impl Controller {
             } else {
                 Signals::default()
             };
+            // At the lowest goodput of the intervals within the horizon,
+            // and only once the job has run that long: a burst (a server's
+            // token bucket releasing seconds of data at once) must not end
+            // the search in the first second.
             let horizon_s = (END_RTTS * rtt_s).max(END_MIN.as_secs_f64());
-            self.ending |= counters
-                .remaining_bytes
-                .is_some_and(|r| goodput.is_finite() && (r as f64) < goodput * horizon_s);
+            let since = sample.t_s - horizon_s;
+            let pace = self
+                .samples
+                .iter()
+                .rev()
+                .take_while(|s| s.t_s > since)
+                .map(|s| s.goodput_mbps * 1e6 / 8.0)
+                .fold(goodput, f64::min);
+            self.ending |= since >= 0.0
+                && counters
+                    .remaining_bytes
+                    .is_some_and(|r| pace.is_finite() && pace > 0.0 && (r as f64) < pace * horizon_s);
             sample.ending = self.ending;
             sample.discarded |= self.ending;
             if let Some(t) = self.tuner.as_mut().filter(|_| !sample.ending) {
