@@ -25,12 +25,12 @@ pub(crate) fn read(path: &Path, run: &str) -> anyhow::Result<Report> {
 }
 
 /// Steady goodput (Mbit/s) from a report: the duration-weighted mean of
-/// the samples that start at or after `from_s`, discarded ones left out
-/// (those held back only because the copy was ending count: N was held).
+/// the settled samples that start at or after `from_s`
+/// ([`Sample::settled`](wanblk_copy::Sample::settled)).
 pub(crate) fn steady_after(report: &Report, from_s: f64) -> Option<f64> {
     let (mut bits, mut secs) = (0.0, 0.0);
     for s in &report.samples {
-        if s.t_s - s.duration_s >= from_s && (!s.discarded || s.ending) {
+        if s.t_s - s.duration_s >= from_s && s.settled() {
             bits += s.goodput_mbps * s.duration_s;
             secs += s.duration_s;
         }
@@ -54,7 +54,7 @@ pub(crate) fn converged_at_s(report: &Report) -> Option<f64> {
 /// the N it ended at. `None` without settled samples after the change.
 pub(crate) fn recovery(report: &Report, at_s: f64) -> Option<(f64, f64, f64, usize)> {
     let after: Vec<&wanblk_copy::Sample> =
-        report.samples.iter().filter(|s| s.t_s > at_s && (!s.discarded || s.ending)).collect();
+        report.samples.iter().filter(|s| s.t_s > at_s && s.settled()).collect();
     let best = after.iter().map(|s| s.goodput_mbps).fold(f64::NAN, f64::max);
     let reached = after.iter().find(|s| s.goodput_mbps >= 0.9 * best)?.t_s - at_s;
     let all: Vec<&wanblk_copy::Sample> = report.samples.iter().filter(|s| s.t_s > at_s).collect();

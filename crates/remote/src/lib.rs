@@ -374,10 +374,7 @@ impl Remote {
             })
             .collect();
         let samples = controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default();
-        // Settled intervals: those the tuner used, and those it was not
-        // given only because the job was ending (N held, as settled as any).
-        let fairness: Vec<f64> =
-            samples.iter().filter(|s| !s.discarded || s.ending).filter_map(|s| s.fairness).collect();
+        let fairness: Vec<f64> = samples.iter().filter(|s| s.settled()).filter_map(|s| s.fairness).collect();
         let ceilings = governor.map(|g| g.changes().to_vec()).unwrap_or_default();
         let share = meter.report(self.options.share.as_str(), &fairness, ceilings, host_copies);
         RemoteSummary {

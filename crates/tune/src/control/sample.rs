@@ -62,8 +62,9 @@ pub struct IntervalSample {
     /// tuner was not given the sample.
     pub demand_limited: bool,
     /// The job was about to end (less left to move than
-    /// [`END_RTTS`](crate::END_RTTS) round trips carry at this goodput):
-    /// from this interval on N is held, and the tuner was not given it.
+    /// [`END_RTTS`](crate::END_RTTS) round trips carry at the lowest
+    /// goodput of the last ones): from this interval on N is held, and the
+    /// tuner was not given it.
     #[serde(default)]
     pub ending: bool,
     /// The active sessions' RTT stood above its minimum at the end of the
@@ -74,4 +75,12 @@ pub struct IntervalSample {
     pub request_bytes: u32,
     /// Requests in flight per session allowed at the end of the interval.
     pub depth: usize,
+}
+
+impl IntervalSample {
+    /// A settled interval: given to the tuner, or held back from it only
+    /// because the job was ending (N held, as settled as any).
+    pub fn settled(&self) -> bool {
+        !self.discarded || self.ending
+    }
 }

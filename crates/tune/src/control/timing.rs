@@ -85,10 +85,7 @@ pub(crate) fn timing(
     final_n_since_s: Option<f64>,
     rtt_s: f64,
 ) -> Timing {
-    // Settled: given to the tuner, or held back only because the job was
-    // ending (N held, as settled as any).
-    let measured =
-        |s: &&IntervalSample| (!s.discarded || s.ending) && !s.demand_limited && s.goodput_mbps.is_finite();
+    let measured = |s: &&IntervalSample| s.settled() && !s.demand_limited && s.goodput_mbps.is_finite();
     let since = final_n_since_s.unwrap_or(0.0);
     let mut settled: Vec<f64> = samples
         .iter()
