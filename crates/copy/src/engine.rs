@@ -666,6 +666,7 @@ pub async fn copy(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{Fault, TestStore};
     use wanblk_blockdev::local::{Fill, MemoryEndpoint};
 
     #[test]
@@ -711,56 +712,6 @@ mod tests {
         assert_eq!((v.checked_bytes, v.first_bad_offset), (40 << 20, None));
     }
 
-    /// What a misbehaving test destination does to writes.
-    enum Fault {
-        /// Changes one byte of every write that covers this offset.
-        Corrupt(u64),
-        /// Writes at or past this offset never finish.
-        StallFrom(u64),
-    }
-
-    /// A memory destination with a [`Fault`].
-    struct Faulty {
-        inner: MemoryEndpoint,
-        fault: Fault,
-    }
-
-    #[async_trait::async_trait]
-    impl Endpoint for Faulty {
-        fn name(&self) -> &str {
-            "faulty"
-        }
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
-            self.inner.capabilities()
-        }
-        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<Bytes> {
-            self.inner.read(offset, len).await
-        }
-        async fn write(&self, offset: u64, data: Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
-            match self.fault {
-                Fault::Corrupt(bad) if (offset..offset + data.len() as u64).contains(&bad) => {
-                    let mut v = data.to_vec();
-                    v[(bad - offset) as usize] ^= 0x20;
-                    self.inner.write(offset, Bytes::from(v), fua).await
-                }
-                Fault::StallFrom(from) if offset >= from => std::future::pending().await,
-                _ => self.inner.write(offset, data, fua).await,
-            }
-        }
-        async fn write_zeroes(&self, offset: u64, len: u64, t: bool) -> wanblk_blockdev::Result<()> {
-            self.inner.write_zeroes(offset, len, t).await
-        }
-        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
-            self.inner.trim(offset, len).await
-        }
-        async fn flush(&self) -> wanblk_blockdev::Result<()> {
-            Ok(())
-        }
-    }
-
     /// A time-boxed copy whose requests in flight outlast the settle time
     /// (as with many sessions on a long path) stops cleanly: the abandoned
     /// requests are not a failed copy.
@@ -768,10 +719,10 @@ mod tests {
     async fn a_stop_that_abandons_requests_in_flight_is_not_a_failure() {
         let src = source();
         let expect = fill(&src).await;
-        let dst = Arc::new(Faulty {
-            inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
-            fault: Fault::StallFrom(8 << 20),
-        });
+        let dst = Arc::new(TestStore::faulty(
+            MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
+            Fault::StallFrom(8 << 20),
+        ));
         let opts = CopyOptions {
             max_request_bytes: 1 << 20,
             sparse: false,
@@ -796,10 +747,10 @@ mod tests {
         let src = source();
         fill(&src).await;
         let bad = (6 << 20) + 12345;
-        let dst = Arc::new(Faulty {
-            inner: MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
-            fault: Fault::Corrupt(bad),
-        });
+        let dst = Arc::new(TestStore::faulty(
+            MemoryEndpoint::new("dst", 40 << 20, Fill::Zero),
+            Fault::Corrupt(bad),
+        ));
         let opts = CopyOptions { max_request_bytes: 1 << 20, verify: true, ..Default::default() };
         let out = copy(src, dst, opts, Arc::default(), || 4, Control::default()).await.unwrap();
         assert_eq!(out.verify.unwrap().first_bad_offset, Some(bad));

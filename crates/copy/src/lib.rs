@@ -32,10 +32,13 @@ pub mod ranges;
 pub mod rate;
 pub mod report;
 pub mod stream;
+#[cfg(test)]
+mod testing;
 mod verify;
 
 pub use engine::{Control, CopyError, CopyOptions, CopyOutcome, Progress, copy};
 pub use journal::{Identity, Journal, JournalError, StoreIdentity};
+pub use plan::read_piece_bytes;
 pub use ranges::RangeSet;
 pub use rate::RateLimit;
 pub use report::{Faults, Report, ReportError, Sample, StoreReport, TuningReport};

@@ -27,6 +27,21 @@ pub(crate) struct Piece {
     pub(crate) kind: PieceKind,
 }
 
+/// The size the copy reads pieces in from `src`: its preferred read size
+/// ([`Endpoint::preferred_read_bytes`], a session pool's request size now)
+/// when that is smaller than `request`, else `request`. The planner cuts
+/// read pieces to it, and whoever counts the pieces that keep the sessions
+/// busy must count in it too.
+pub fn read_piece_bytes(src: &dyn Endpoint, request: u64) -> u64 {
+    src.preferred_read_bytes().map_or(request, |b| u64::from(b).clamp(1, request.max(1)))
+}
+
+/// Bytes from `pos` to the next multiple of `step` or to `end`, whichever
+/// comes first (`pos < end`, `step > 0`).
+fn to_boundary(pos: u64, end: u64, step: u64) -> u64 {
+    (pos / step).saturating_add(1).saturating_mul(step).min(end) - pos
+}
+
 /// Plans the source in windows, asking block status when useful, and
 /// marks what the journal holds as [`PieceKind::Done`].
 pub(crate) struct Planner {
@@ -83,8 +98,7 @@ impl Planner {
         };
         let mut pos = offset;
         while pos < end {
-            let boundary = (pos / step).saturating_add(1).saturating_mul(step);
-            let n = boundary.min(end) - pos;
+            let n = to_boundary(pos, end, step);
             self.pending.push_back(Piece { offset: pos, len: n, kind });
             pos += n;
         }
@@ -98,13 +112,11 @@ impl Planner {
         loop {
             if let Some(p) = self.pending.pop_front() {
                 let read = matches!(p.kind, PieceKind::Data) || (p.kind == PieceKind::Done && self.read_done);
-                let step =
-                    src.preferred_read_bytes().map_or(self.request, |b| u64::from(b).clamp(1, self.request));
+                let step = read_piece_bytes(src, self.request);
                 if !read || p.len <= step {
                     return Ok(Some(p));
                 }
-                let boundary = (p.offset / step).saturating_add(1).saturating_mul(step);
-                let n = boundary.min(p.offset + p.len) - p.offset;
+                let n = to_boundary(p.offset, p.offset + p.len, step);
                 self.pending.push_front(Piece { offset: p.offset + n, len: p.len - n, kind: p.kind });
                 return Ok(Some(Piece { offset: p.offset, len: n, kind: p.kind }));
             }
@@ -168,44 +180,6 @@ mod tests {
         assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), 3 << 20);
     }
 
-    /// A store that prefers reads of `prefer` bytes (as a session pool
-    /// does after its requests shrank), reading as zeroes.
-    struct Prefers {
-        prefer: u32,
-        inner: wanblk_blockdev::local::MemoryEndpoint,
-    }
-
-    #[async_trait::async_trait]
-    impl Endpoint for Prefers {
-        fn name(&self) -> &str {
-            "prefers"
-        }
-        fn size(&self) -> u64 {
-            self.inner.size()
-        }
-        fn capabilities(&self) -> wanblk_blockdev::Capabilities {
-            self.inner.capabilities()
-        }
-        fn preferred_read_bytes(&self) -> Option<u32> {
-            Some(self.prefer)
-        }
-        async fn read(&self, offset: u64, len: u32) -> wanblk_blockdev::Result<bytes::Bytes> {
-            self.inner.read(offset, len).await
-        }
-        async fn write(&self, offset: u64, data: bytes::Bytes, fua: bool) -> wanblk_blockdev::Result<()> {
-            self.inner.write(offset, data, fua).await
-        }
-        async fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> wanblk_blockdev::Result<()> {
-            self.inner.write_zeroes(offset, len, may_trim).await
-        }
-        async fn trim(&self, offset: u64, len: u64) -> wanblk_blockdev::Result<()> {
-            self.inner.trim(offset, len).await
-        }
-        async fn flush(&self) -> wanblk_blockdev::Result<()> {
-            self.inner.flush().await
-        }
-    }
-
     async fn drain(p: &mut Planner, src: &dyn Endpoint) -> Vec<(u64, u64, PieceKind)> {
         let mut out = Vec::new();
         while let Some(x) = p.next(src).await.unwrap() {
@@ -216,9 +190,10 @@ mod tests {
 
     #[tokio::test]
     async fn reads_follow_the_sources_preferred_size_and_zero_pieces_do_not() {
+        use crate::testing::TestStore;
         use wanblk_blockdev::local::{Fill, MemoryEndpoint};
         let size = 12u64 << 20;
-        let mut src = Prefers { prefer: 1 << 20, inner: MemoryEndpoint::new("m", size, Fill::Zero) };
+        let mut src = TestStore::preferring(MemoryEndpoint::new("m", size, Fill::Zero), 1 << 20);
         let mut p = Planner::new(size, 4 << 20, false, RangeSet::new(), false);
         p.push_run(4096, 5 << 20, PieceKind::Data);
         p.push_run((5 << 20) + 4096, 6 << 20, PieceKind::Zero);
@@ -232,7 +207,7 @@ mod tests {
         // Zero pieces move no payload: still cut at the request size.
         assert!(pieces.iter().filter(|x| x.2 == PieceKind::Zero).any(|x| x.1 > 1 << 20));
         // A preference above the request size does not grow the pieces.
-        src.prefer = 64 << 20;
+        src.prefer = Some(64 << 20);
         let mut p = Planner::new(size, 4 << 20, false, RangeSet::new(), false);
         p.push_run(0, size, PieceKind::Data);
         p.pos = size;

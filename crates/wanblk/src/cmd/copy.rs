@@ -298,7 +298,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     // engine's planner): count slots in those.
     let reads = (!src.stdio).then(|| Arc::clone(&src.endpoint));
     let slots = remote.slots(move || {
-        reads.as_ref().and_then(|ep| ep.preferred_read_bytes()).map_or(piece, |b| b.clamp(1, piece))
+        reads.as_deref().map_or(piece, |ep| wanblk_copy::read_piece_bytes(ep, piece.into()) as u32)
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let signalled = stop_rx.clone();
