@@ -33,7 +33,8 @@
 //! losses, not in slow start. After a decrease it starts only when the
 //! deactivated sessions have finished the requests they took (their bytes
 //! would otherwise count for the smaller N; at most
-//! [`ControllerConfig::drain_wait_max`]), then lasts two round trips.
+//! [`ControllerConfig::drain_wait_max`], and no longer once they carry
+//! under [`DRAIN_TRICKLE`] of the bytes), then lasts two round trips.
 //! Sessions the search will want next are opened ahead of need, idle
 //! ([`Decision::open`], [`ControllerConfig::warm_spares`]).
 //!
@@ -216,8 +217,57 @@ impl ControllerConfig {
     }
 }
 
+/// One look at the TCP byte counters during a drain.
+#[derive(Debug, Clone, Copy)]
+struct DrainMark {
+    at: Instant,
+    deactivated: u64,
+    all: u64,
+}
+
+/// Whether the deactivated sessions moved less than [`DRAIN_TRICKLE`] of
+/// the bytes since the last mark (two RTTs or [`DRAIN_TRICKLE_WINDOW`] ago,
+/// whichever is longer), and the mark to keep. Without TCP counters on
+/// every session, or on a small path (where a drain is short anyway and a
+/// server's bursts move the counters a whole reply at a time), it never
+/// says so.
+fn drain_trickles(
+    now: Instant,
+    counters: &Counters,
+    rtt_s: f64,
+    mark: Option<DrainMark>,
+) -> (bool, Option<DrainMark>) {
+    let sessions = || counters.pools.iter().flat_map(|p| &p.sessions);
+    if sessions().any(|s| s.tcp.is_none()) || rtt_s < SMALL_PATH_RTT.as_secs_f64() {
+        return (false, None);
+    }
+    let bytes = |deactivated: bool| {
+        sessions().filter(|s| !deactivated || !s.active).filter_map(|s| s.tcp).map(|t| t.bytes).sum::<u64>()
+    };
+    let here = DrainMark { at: now, deactivated: bytes(true), all: bytes(false) };
+    let Some(m) = mark else { return (false, Some(here)) };
+    if now.saturating_duration_since(m.at).as_secs_f64()
+        < (2.0 * rtt_s).max(DRAIN_TRICKLE_WINDOW.as_secs_f64())
+    {
+        return (false, Some(m));
+    }
+    let all = here.all.saturating_sub(m.all);
+    let deactivated = here.deactivated.saturating_sub(m.deactivated);
+    (all > 0 && (deactivated as f64) < DRAIN_TRICKLE * all as f64, Some(here))
+}
+
 /// Default longest wait for deactivated sessions to drain after a decrease.
 pub const DRAIN_WAIT_MAX: Duration = Duration::from_secs(3);
+/// The drain wait ends early once the deactivated sessions carry less
+/// than this share of the bytes over a round trip: their last requests
+/// sit on connections whose windows a loss shrank (sessions opened into a
+/// full queue lose segments in slow start, and cubic then regrows a small
+/// window for seconds), and what they still move no longer changes what
+/// the smaller N measures.
+pub const DRAIN_TRICKLE: f64 = 0.05;
+/// Shortest span [`DRAIN_TRICKLE`] is judged over.
+pub const DRAIN_TRICKLE_WINDOW: Duration = Duration::from_millis(100);
+
 /// Default longest wait for new sessions to connect before a warm-up.
 pub const CONNECT_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Default longest settling warm-up after an increase.
@@ -367,8 +417,9 @@ enum State {
     /// to connect before the warm-up starts.
     Connecting { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
     /// After a decrease: waiting for the deactivated sessions to finish
-    /// their requests before the warm-up interval starts.
-    Draining { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration },
+    /// their requests before the warm-up interval starts. `mark` is the
+    /// last look at the TCP byte counters (see [`drain_trickles`]).
+    Draining { began: Instant, next_poll: Instant, rtt_s: f64, length: Duration, mark: Option<DrainMark> },
     /// Measuring an interval that ends at `end` (a settling warm-up
     /// looks every sub-window until it has settled).
     Measuring {
@@ -542,11 +593,12 @@ impl Controller {
                 }
                 None
             }
-            State::Draining { began, rtt_s, length, .. } => {
+            State::Draining { began, rtt_s, length, mark, .. } => {
                 let waited = now.saturating_duration_since(began);
-                if counters.draining() > 0 && waited < self.config.drain_wait_max {
+                let (trickle, mark) = drain_trickles(now, counters, rtt_s, mark);
+                if counters.draining() > 0 && waited < self.config.drain_wait_max && !trickle {
                     let next_poll = (now + DRAIN_POLL).min(began + self.config.drain_wait_max);
-                    self.state = State::Draining { began, next_poll, rtt_s, length };
+                    self.state = State::Draining { began, next_poll, rtt_s, length, mark };
                 } else {
                     let drain_wait_s = waited.as_secs_f64();
                     self.state = State::Measuring {
@@ -825,7 +877,7 @@ impl Controller {
         // applied, so `connecting` may still read 0 here: the first look
         // comes after one poll.
         self.state = if warmup && self.decreased {
-            State::Draining { began: now, next_poll: now, rtt_s, length }
+            State::Draining { began: now, next_poll: now, rtt_s, length, mark: None }
         } else if warmup && missing && self.config.connect_wait_max > Duration::ZERO && self.has_pools {
             State::Connecting { began: now, next_poll: now + DRAIN_POLL, rtt_s, length }
         } else {
@@ -1146,5 +1198,51 @@ mod tests {
         assert!(!s.from_tcp && (s.request_bytes, s.depth) == (0, 0));
         c.finish(t + Duration::from_millis(100), &done);
         assert!(c.samples()[1].discarded && c.samples()[1].completed_mbps == 0.0);
+    }
+
+    #[test]
+    fn a_drain_ends_once_the_deactivated_sessions_only_trickle() {
+        // Five active sessions, three deactivated ones still carrying
+        // requests, on a 100 ms path; `moved` bytes per session so far.
+        let at = |active: u64, deactivated: u64| {
+            let mut c = pools(8);
+            for i in 0..8 {
+                let on = i < 5;
+                let tcp = TcpCounters {
+                    bytes: if on { active } else { deactivated },
+                    rtt_us: 100_000,
+                    ..Default::default()
+                };
+                c.pools[0].sessions.push(SessionCounters {
+                    index: i,
+                    active: on,
+                    in_flight: usize::from(!on),
+                    tcp: Some(tcp),
+                });
+            }
+            c
+        };
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let (no, mark) = drain_trickles(t0, &at(0, 0), 0.1, None);
+        assert!(!no && mark.is_some(), "the first look only marks");
+        let (no, same) = drain_trickles(ms(150), &at(10_000_000, 100_000), 0.1, mark);
+        assert!(!no, "judged over two RTTs, not fewer");
+        assert_eq!(same.unwrap().at, t0);
+        // Over 200 ms the deactivated sessions moved a third of the bytes:
+        // they still drain at their share.
+        let (no, mark) = drain_trickles(ms(200), &at(10_000_000, 3_000_000), 0.1, mark);
+        assert!(!no);
+        // Over the next 200 ms, 1 % of them: their windows are tiny.
+        let (yes, _) = drain_trickles(ms(400), &at(20_000_000, 3_300_000), 0.1, mark);
+        assert!(yes);
+        // Nothing moved at all (a stall): not a trickle.
+        let (no, _) = drain_trickles(ms(400), &at(10_000_000, 3_000_000), 0.1, mark);
+        assert!(!no);
+        // A small path, or sessions without TCP counters: never.
+        assert_eq!(drain_trickles(ms(400), &at(20_000_000, 3_300_000), 0.0002, mark).0, false);
+        let mut unix = at(20_000_000, 3_300_000);
+        unix.pools[0].sessions[7].tcp = None;
+        assert_eq!(drain_trickles(ms(400), &unix, 0.1, mark).0, false);
     }
 }

@@ -188,8 +188,9 @@ pub(crate) struct SessionArgs {
     /// reached (slow start), then until goodput over three consecutive
     /// spans of 2 x RTT agrees within 10 % (at most 4 s: slow start over
     /// and the first losses taken); after a decrease it lasts until the deactivated
-    /// sessions have finished the requests they took (at most 3 s), then
-    /// 2 x RTT for the queue to drain. Goodput is counted from the bytes
+    /// sessions have finished the requests they took (at most 3 s, and no
+    /// longer once they carry under 5 % of the bytes), then 2 x RTT for
+    /// the queue to drain. Goodput is counted from the bytes
     /// TCP delivered or had acknowledged on every session; over Unix
     /// sockets from completed requests, and then `auto` lasts until each
     /// session has completed about 4 requests (at most 3 s).
