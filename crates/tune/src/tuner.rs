@@ -818,6 +818,9 @@ impl Tuner {
     /// that could beat m ([`knee_floor`] of m's reference plus the
     /// tolerance, from the measured l).
     fn golden(&mut self, mut bracket: Bracket, m: Point) -> usize {
+        // A ceiling lowered during the search (the share governor's):
+        // nothing above it is probed, whatever was measured there.
+        bracket.r = bracket.r.min(self.cfg.n_max.saturating_add(1)).max(bracket.m);
         if self.cfg.model.is_some()
             && let Some(&lg) = self.measured.get(&bracket.l)
         {
@@ -1465,6 +1468,40 @@ mod tests {
         t.observe_with(sample(16, thin(16)), signals(16));
         assert_eq!(t.decide_under_ceiling(4), None);
         assert_eq!(t.current(), 16);
+    }
+
+    #[test]
+    fn a_search_under_a_lowered_ceiling_never_probes_above_it() {
+        // Four copies share the path: 4 sessions move 228, 8 move 238 on
+        // a full path; the governor's ceiling of 5 comes, and at 5 this
+        // copy moves 265 because the others yield. The golden search that
+        // follows must stay at or below 5 (it once probed 6 and 7).
+        let cfg = TunerConfig {
+            discard_after_change: false,
+            resample: None,
+            samples_per_point: 1,
+            ..TunerConfig::default()
+        };
+        let full = Signals { standing_queue: Some(true), ..Signals::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        t.observe_with(sample(4, 228e6 / 8.0), full);
+        let up = t.current();
+        assert!(up > 5, "climbed to {up}");
+        t.observe_with(sample(up, 238e6 / 8.0), full);
+        let mut seen = vec![];
+        match t.decide_under_ceiling(5) {
+            Some(n) => seen.push(n),
+            None => {
+                t.limit_to(5);
+            }
+        }
+        for _ in 0..12 {
+            let n = t.current();
+            seen.push(n);
+            t.observe_with(sample(n, (200.0 + 13.0 * n as f64) * 1e6 / 8.0), full);
+        }
+        assert!(seen.iter().all(|n| *n <= 5), "probed above the ceiling: {seen:?}");
+        assert_eq!(t.config().n_max, 5);
     }
 
     #[test]
