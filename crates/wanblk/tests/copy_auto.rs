@@ -20,26 +20,8 @@ fn auto_moves_n_and_reports_the_search() {
         port,
         &["--filter=rate", "pattern", &SIZE.to_string(), "connection-rate=400M", "rate=1600M"],
     );
-    let rep = dir.path().join("auto.json");
-    let out = copy_ok(&[
-        &uri,
-        "null:",
-        "-C",
-        "auto",
-        "--initial-connections",
-        "1",
-        "--max-connections",
-        "16",
-        "--checksum",
-        "--report",
-        rep.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        pattern_sha256(SIZE),
-        "the data copied is nbdkit's pattern"
-    );
-    let r = report(&rep);
+    let args = ["-C", "auto", "--initial-connections", "1", "--max-connections", "16"];
+    let r = copy_pattern(&uri, SIZE, &args, &dir.path().join("auto.json"));
     let samples = r["samples"].as_array().expect("samples");
     let ns: BTreeSet<u64> = samples.iter().map(|s| s["n"].as_u64().unwrap()).collect();
     assert!(ns.len() >= 3, "the search tried at least 3 values of N: {ns:?}\n{r:#}");

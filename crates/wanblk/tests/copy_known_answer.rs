@@ -79,26 +79,10 @@ fn auto_ends_at_the_known_best_n() {
     require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let (_nbdkit, uri) = limited_nbdkit(SIZE, &[]);
-    let rep = dir.path().join("auto.json");
-    let out = copy_ok(&[
-        &uri,
-        "null:",
-        "-C",
-        "auto",
-        "--max-connections",
-        "16",
-        // The automatic interval: ~0.25 s on loopback, lengthened where
-        // the rate-limited server's whole replies come in bursts.
-        "--checksum",
-        "--report",
-        rep.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        pattern_sha256(SIZE),
-        "the data is nbdkit's pattern"
-    );
-    let r = report(&rep);
+    // The automatic interval: ~0.25 s on loopback, lengthened where the
+    // rate-limited server's whole replies come in bursts.
+    let r =
+        copy_pattern(&uri, SIZE, &["-C", "auto", "--max-connections", "16"], &dir.path().join("auto.json"));
     let summary = trail(&r);
     let final_n = r["connections"].as_u64().unwrap();
     assert!(
@@ -109,12 +93,7 @@ fn auto_ends_at_the_known_best_n() {
     assert_eq!(r["tuning"]["current_n"], final_n, "the report's N is the tuner's");
     // The sessions the tuner asked for really carried data: each of the
     // final N carried at least a tenth of a fair share.
-    let bytes: Vec<u64> = r["stores"][0]["session_bytes"]
-        .as_array()
-        .expect("per-session bytes")
-        .iter()
-        .map(|b| b.as_u64().unwrap())
-        .collect();
+    let bytes = session_bytes(&r);
     let share = SIZE / final_n;
     let carried = bytes.iter().filter(|b| **b >= share / 10).count() as u64;
     assert!(carried >= KNEE, "only {carried} sessions carried data: {bytes:?}");
@@ -250,30 +229,9 @@ fn small_requests_keep_every_session_busy() {
             &format!("burstiness={BURST_S}"),
         ],
     );
-    let rep = dir.path().join("fixed.json");
-    let out = copy_ok(&[
-        &uri,
-        "null:",
-        "-C",
-        &N.to_string(),
-        "--request-size",
-        "256K",
-        "--checksum",
-        "--report",
-        rep.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        pattern_sha256(SIZE),
-        "the data is nbdkit's pattern"
-    );
-    let r = report(&rep);
-    let bytes: Vec<u64> = r["stores"][0]["session_bytes"]
-        .as_array()
-        .expect("per-session bytes")
-        .iter()
-        .map(|b| b.as_u64().unwrap())
-        .collect();
+    let n = N.to_string();
+    let r = copy_pattern(&uri, SIZE, &["-C", &n, "--request-size", "256K"], &dir.path().join("fixed.json"));
+    let bytes = session_bytes(&r);
     let share = SIZE / N;
     let carried = bytes.iter().filter(|b| **b >= share / 3).count() as u64;
     let mbps = r["goodput_mbps"].as_f64().unwrap();

@@ -57,18 +57,39 @@ pub fn report(path: &Path) -> serde_json::Value {
 pub fn assert_sessions_carried(r: &serde_json::Value, n: usize) {
     let stores = r["stores"].as_array().unwrap_or_else(|| panic!("report without stores: {r}"));
     assert_eq!(stores.len(), 1, "one network store: {r}");
-    let bytes: Vec<u64> = stores[0]["session_bytes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("store without session_bytes: {r}"))
-        .iter()
-        .map(|b| b.as_u64().expect("session bytes are a number"))
-        .collect();
+    let bytes = session_bytes(r);
     assert_eq!(bytes.len(), n, "{n} sessions opened: bytes per session {bytes:?}");
     assert!(bytes.iter().all(|&b| b > 0), "each of the {n} sessions carried data: {bytes:?}");
     assert!(
         bytes.iter().sum::<u64>() >= r["data_bytes"].as_u64().unwrap_or(u64::MAX),
         "the sessions carried at least the data copied: {bytes:?}, {r}"
     );
+}
+
+/// Bytes each session of the report's first network store carried.
+pub fn session_bytes(r: &serde_json::Value) -> Vec<u64> {
+    r["stores"][0]["session_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("store without session_bytes: {r}"))
+        .iter()
+        .map(|b| b.as_u64().expect("session bytes are a number"))
+        .collect()
+}
+
+/// `wanblk copy URI null: ARGS... --checksum --report REPORT` from nbdkit's
+/// `pattern` plugin of `size` bytes: checks the data read is the pattern
+/// (sha256) and returns the report.
+pub fn copy_pattern(uri: &str, size: u64, args: &[&str], report_path: &Path) -> serde_json::Value {
+    let mut all = vec![uri, "null:"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--checksum", "--report", report_path.to_str().expect("UTF-8 path")]);
+    let out = copy_ok(&all);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        pattern_sha256(size),
+        "the data is nbdkit's pattern"
+    );
+    report(report_path)
 }
 
 /// Creates a sparse file of `size` bytes.
