@@ -844,7 +844,12 @@ impl Tuner {
     /// the model's lower bound on the knee first ([`knee_floor`]); done
     /// when that bound reaches hi; bisection above the bound after two
     /// misses.
-    fn knee(&mut self, lo: usize, lo_g: Option<f64>, hi: Point, misses: u8) -> usize {
+    fn knee(&mut self, lo: usize, lo_g: Option<f64>, mut hi: Point, misses: u8) -> usize {
+        if hi.n > self.cfg.n_max {
+            // A ceiling lowered during the search (the share governor's):
+            // the plateau's fewest sessions can be no more than it allows.
+            hi = Point { n: self.cfg.n_max, ..hi };
+        }
         let Some(mid) = crate::golden::knee_probe(lo, hi.n) else { return self.converge(hi) };
         let (probe, model_probe) = if self.cfg.model.is_some() {
             let threshold = hi.reference * (1.0 - self.cfg.tolerance);
@@ -874,8 +879,9 @@ impl Tuner {
         probe
     }
 
-    /// Holds at `m` from now on.
-    fn converge(&mut self, m: Point) -> usize {
+    /// Holds at `m` from now on (at most the ceiling).
+    fn converge(&mut self, mut m: Point) -> usize {
+        m.n = m.n.min(self.cfg.n_max);
         self.state = State::Converged(Hold {
             level: m.own,
             level_samples: 1,
@@ -1502,6 +1508,38 @@ mod tests {
         }
         assert!(seen.iter().all(|n| *n <= 5), "probed above the ceiling: {seen:?}");
         assert_eq!(t.config().n_max, 5);
+    }
+
+    #[test]
+    fn a_knee_search_under_a_lowered_ceiling_ends_at_or_below_it() {
+        // Two copies: 3 or more sessions move 480 on a full path, fewer
+        // 424. The knee search below 8 probes 1, then 2, and while 2 is
+        // measured the governor's ceiling of 2 comes. The search must not
+        // end back at 3 (without the clamp: 4, 8, 1, 2, 3, 3...; in a
+        // share run the copy held 3 sessions under a ceiling of 2 for the
+        // rest of the copy).
+        let cfg = TunerConfig {
+            discard_after_change: false,
+            resample: None,
+            samples_per_point: 1,
+            ..TunerConfig::default()
+        };
+        let full = Signals { standing_queue: Some(true), ..Signals::default() };
+        let g = |n: usize| if n >= 3 { 480e6 / 8.0 } else { 424e6 / 8.0 };
+        let mut t = Tuner::new(cfg).unwrap();
+        let mut seen = vec![];
+        for _ in 0..12 {
+            let n = t.current();
+            seen.push(n);
+            if n == 2 && t.config().n_max > 2 {
+                t.limit_to(2);
+            }
+            t.observe_with(sample(n, g(n)), full);
+        }
+        assert!(seen.contains(&2), "the search never probed 2: {seen:?}");
+        let after = seen.iter().skip_while(|n| **n != 2).copied().collect::<Vec<_>>();
+        assert!(after.iter().all(|n| *n <= 2), "above the ceiling of 2 after it came: {seen:?}");
+        assert!(t.current() <= 2, "ended at {}: {seen:?}", t.current());
     }
 
     #[test]
