@@ -31,14 +31,6 @@
 //! falls towards one session, and the ensemble takes about one flow's
 //! share, as one more TCP flow would.
 //!
-//! The comparison needs a smaller N: a copy that starts into a queue
-//! others keep full (loss-based flows) and stays at its first N has none,
-//! so from the smallest N measured `fair` cuts once (by at most half) and
-//! lets the first settled interval below decide: if the goodput per
-//! session there is not clearly higher, the sessions cut had taken no
-//! one's share (a server that paces each connection) and the ceiling is
-//! lifted again.
-//!
 //! A longer RTT is not always a queue. When the path itself gets longer
 //! (a route change; the emulated path's delay step), every session keeps
 //! its window, so the RTT grows and the goodput per session falls exactly
@@ -221,11 +213,6 @@ struct Cut {
     lossy_waits: u8,
 }
 
-/// A cut from the smallest N measured is lifted again only if the
-/// sessions left move less than 1 / this more each than before the cut
-/// (see [`Governor::probe_verdict`]).
-const PROBE_LIFT: f64 = 0.95;
-
 /// Intervals with retransmits a cut's test waits through (holding the
 /// ceiling) before it is given up.
 const LOSSY_WAITS: u8 = 3;
@@ -253,12 +240,6 @@ pub struct Governor {
     base_s: Option<f64>,
     /// Best goodput per session seen at each N (settled intervals).
     per_session: std::collections::BTreeMap<usize, f64>,
-    /// `fair`: a cut was made from the smallest N measured, with no
-    /// smaller N to compare with (the N it was made at), until a settled
-    /// interval below it says whether those sessions crowded.
-    probe_from: Option<usize>,
-    /// Such a cut was made on this path (once per path).
-    probed: bool,
     ceiling: Option<usize>,
     clean: usize,
     /// Consecutive full intervals so far, all at `full_n` sessions.
@@ -294,8 +275,6 @@ impl Governor {
             config,
             base_s: None,
             per_session: std::collections::BTreeMap::new(),
-            probe_from: None,
-            probed: false,
             ceiling: None,
             clean: 0,
             full: 0,
@@ -381,22 +360,11 @@ impl Governor {
         // did not fill idle capacity.
         let crowded = per_session.is_finite()
             && self.per_session.range(..o.n).any(|(_, best)| per_session < best * self.config.crowding);
-        // At the smallest N measured there is nothing to compare with: a
-        // copy that starts into a queue others keep full (loss-based
-        // flows) would never learn that its sessions crowd. `fair` cuts
-        // once from there, and the interval below tells.
-        let probe = self.config.mode == ShareMode::Fair
-            && !self.probed
-            && o.n > self.config.n_min
-            && self.per_session.range(..o.n).next().is_none();
         if per_session.is_finite() && per_session > 0.0 {
             let best = self.per_session.entry(o.n).or_insert(per_session);
             *best = best.max(per_session);
         }
-        if let Some(verdict) = self.probe_verdict(o, per_session) {
-            return verdict;
-        }
-        let full = queue > allowed && (crowded || probe || self.config.mode == ShareMode::Polite);
+        let full = queue > allowed && (crowded || self.config.mode == ShareMode::Polite);
         // Full intervals in a row at this N: a queue seen at a larger N
         // (or the first interval after leaving it, while that N's queue
         // drains) does not confirm one at this N.
@@ -427,7 +395,7 @@ impl Governor {
             // Full, within what the mode allows: stay.
             self.clean = 0;
             return None;
-        } else if !(crowded || probe) && self.config.mode != ShareMode::Polite {
+        } else if !crowded && self.config.mode != ShareMode::Polite {
             // A queue, but each session still moves as much as with fewer:
             // more N still adds capacity (the RTT grew with the server's
             // pace, not with a queue we share).
@@ -472,10 +440,6 @@ impl Governor {
             self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
         }
         if new.is_some_and(|c| c < o.n) {
-            if probe && !crowded {
-                self.probed = true;
-                self.probe_from = Some(o.n);
-            }
             self.cut = Some(Cut {
                 n: o.n,
                 rtt_s: o.rtt_s,
@@ -492,39 +456,6 @@ impl Governor {
             base_rtt_ms: base * 1e3,
         });
         Some(new)
-    }
-
-    /// After a cut from the smallest N measured: at the first settled
-    /// interval below it, whether the sessions cut had taken share from
-    /// anyone (goodput per session there below [`PROBE_LIFT`] of what it
-    /// is now). If they had not (a server that paces each connection, a
-    /// longer RTT that is not a queue), the ceiling is lifted again:
-    /// `Some(answer)` is what [`observe`](Self::observe) returns. The bar
-    /// is higher than `crowding` (which decides a cut): against loss-based
-    /// flows each of our sessions takes about one flow's share, so fewer
-    /// of them move only a little more each (4 -> 3 sessions against 4
-    /// flows: 95 -> 105 Mbit/s each), and the cut is what `fair` is for.
-    fn probe_verdict(&mut self, o: &PathObservation, per_session: f64) -> Option<Option<Option<usize>>> {
-        let from = self.probe_from?;
-        if o.n >= from {
-            return None;
-        }
-        self.probe_from = None;
-        let at_from = *self.per_session.get(&from)?;
-        if !per_session.is_finite() || at_from < per_session * PROBE_LIFT {
-            return None;
-        }
-        self.ceiling?;
-        self.ceiling = None;
-        self.cut = None;
-        self.changes.push(CeilingChange {
-            t_s: o.t_s,
-            n: o.n,
-            ceiling: None,
-            queue_ms: (o.rtt_s - self.base_s.unwrap_or(o.rtt_s)).max(0.0) * 1e3,
-            base_rtt_ms: self.base_s.unwrap_or(o.rtt_s) * 1e3,
-        });
-        Some(Some(None))
     }
 
     /// After a re-base the base follows the sessions' median smoothed RTT,
@@ -592,8 +523,6 @@ impl Governor {
         self.raised_from = None;
         self.release_backoff = 1;
         self.per_session.clear();
-        self.probe_from = None;
-        self.probed = false;
         self.full = 0;
         self.clean = 0;
         let per_session = o.goodput_bytes_per_s / o.n as f64;
@@ -830,43 +759,6 @@ mod tests {
             assert_eq!(g.observe(&obs(6, 100.5)), None);
         }
         assert_eq!(g.observe(&obs(6, 100.5)), Some(Some(7)));
-    }
-
-    #[test]
-    fn fair_cuts_once_from_the_first_n_into_a_full_queue_and_keeps_the_cut_only_if_its_sessions_crowded() {
-        let at = |n: usize, rtt_ms: f64, mbps: f64| PathObservation {
-            goodput_bytes_per_s: mbps * 1e6 / 8.0,
-            ..obs(n, rtt_ms)
-        };
-        // Started at 4 into a queue four loss-based flows keep full: 4
-        // sessions move 380 Mbit/s, 2 move 240 (120 each against 95).
-        let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 180.0, 380.0)), Some(Some(2)), "4 x 125 / 180, at most half");
-        assert_eq!(g.observe(&at(2, 175.0, 240.0)), None, "they took share: the cut stands");
-        for _ in 0..10 {
-            assert_eq!(g.observe(&at(2, 175.0, 240.0)), None);
-        }
-        assert_eq!(g.ceiling(), Some(2));
-        // A server that paces each connection: 2 sessions move half of
-        // what 4 do, so the 4 did not crowd each other: lifted, and not
-        // tried again.
-        let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 180.0, 400.0)), Some(Some(2)));
-        assert_eq!(g.observe(&at(2, 180.0, 200.0)), Some(None));
-        assert_eq!(g.observe(&at(4, 180.0, 400.0)), None);
-        assert_eq!(g.observe(&at(4, 180.0, 400.0)), None);
-        assert_eq!(g.ceiling(), None);
-        // Cut to 3, each of the 3 moves a tenth more than each of the 4
-        // did (they took a flow's share each, not each other's): stands.
-        let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 151.0, 380.0)), Some(Some(3)));
-        assert_eq!(g.observe(&at(3, 146.0, 316.0)), None);
-        assert_eq!(g.ceiling(), Some(3));
-        // Greedy and a path with room do nothing of the kind.
-        let mut g = Governor::new(one(ShareMode::Greedy));
-        assert_eq!(g.observe(&at(4, 180.0, 380.0)), None);
-        let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 101.0, 380.0)), None);
     }
 
     #[test]
