@@ -1476,20 +1476,25 @@ mod tests {
         assert_eq!(t.current(), 16);
     }
 
-    #[test]
-    fn a_search_under_a_lowered_ceiling_never_probes_above_it() {
-        // Four copies share the path: 4 sessions move 228, 8 move 238 on
-        // a full path; the governor's ceiling of 5 comes, and at 5 this
-        // copy moves 265 because the others yield. The golden search that
-        // follows must stay at or below 5 (it once probed 6 and 7).
+    /// A tuner deciding on one sample per point (no resampling, nothing
+    /// discarded), and the signals of a full path.
+    fn one_sample_per_point_on_a_full_path() -> (Tuner, Signals) {
         let cfg = TunerConfig {
             discard_after_change: false,
             resample: None,
             samples_per_point: 1,
             ..TunerConfig::default()
         };
-        let full = Signals { standing_queue: Some(true), ..Signals::default() };
-        let mut t = Tuner::new(cfg).unwrap();
+        (Tuner::new(cfg).unwrap(), Signals { standing_queue: Some(true), ..Signals::default() })
+    }
+
+    #[test]
+    fn a_search_under_a_lowered_ceiling_never_probes_above_it() {
+        // Four copies share the path: 4 sessions move 228, 8 move 238 on
+        // a full path; the governor's ceiling of 5 comes, and at 5 this
+        // copy moves 265 because the others yield. The golden search that
+        // follows must stay at or below 5 (it once probed 6 and 7).
+        let (mut t, full) = one_sample_per_point_on_a_full_path();
         t.observe_with(sample(4, 228e6 / 8.0), full);
         let up = t.current();
         assert!(up > 5, "climbed to {up}");
@@ -1518,15 +1523,8 @@ mod tests {
         // end back at 3 (without the clamp: 4, 8, 1, 2, 3, 3...; in a
         // share run the copy held 3 sessions under a ceiling of 2 for the
         // rest of the copy).
-        let cfg = TunerConfig {
-            discard_after_change: false,
-            resample: None,
-            samples_per_point: 1,
-            ..TunerConfig::default()
-        };
-        let full = Signals { standing_queue: Some(true), ..Signals::default() };
         let g = |n: usize| if n >= 3 { 480e6 / 8.0 } else { 424e6 / 8.0 };
-        let mut t = Tuner::new(cfg).unwrap();
+        let (mut t, full) = one_sample_per_point_on_a_full_path();
         let mut seen = vec![];
         for _ in 0..12 {
             let n = t.current();
