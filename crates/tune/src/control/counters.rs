@@ -229,7 +229,8 @@ impl Counters {
             .filter(|w| *w > 0)
     }
 
-    fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
+    /// Every open session of every pool.
+    pub(crate) fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
         self.pools.iter().flat_map(|p| &p.sessions)
     }
 }

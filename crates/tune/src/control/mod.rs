@@ -237,12 +237,16 @@ fn drain_trickles(
     rtt_s: f64,
     mark: Option<DrainMark>,
 ) -> (bool, Option<DrainMark>) {
-    let sessions = || counters.pools.iter().flat_map(|p| &p.sessions);
-    if sessions().any(|s| s.tcp.is_none()) || rtt_s < SMALL_PATH_RTT.as_secs_f64() {
+    if counters.sessions().any(|s| s.tcp.is_none()) || rtt_s < SMALL_PATH_RTT.as_secs_f64() {
         return (false, None);
     }
     let bytes = |deactivated: bool| {
-        sessions().filter(|s| !deactivated || !s.active).filter_map(|s| s.tcp).map(|t| t.bytes).sum::<u64>()
+        counters
+            .sessions()
+            .filter(|s| !deactivated || !s.active)
+            .filter_map(|s| s.tcp)
+            .map(|t| t.bytes)
+            .sum::<u64>()
     };
     let here = DrainMark { at: now, deactivated: bytes(true), all: bytes(false) };
     let Some(m) = mark else { return (false, Some(here)) };
