@@ -469,7 +469,11 @@ pub struct Controller {
     /// the sessions' own smallest RTTs still name the old path; see
     /// [`set_path_base_rtt`](Self::set_path_base_rtt).
     path_base_s: Option<f64>,
-    /// The halves rule lengthened the interval being closed.
+    /// The halves rule has lengthened an interval of this job: the server
+    /// releases bytes in bursts (a rate limiter's whole replies, a busy
+    /// host), and from then on every sample is coarse for the tuner, not
+    /// only the lengthened ones: an interval whose halves happened to
+    /// agree on such a server is as noisy as the others.
     bursty: bool,
     /// Intervals in a row left out because they lacked sessions.
     partial_run: u32,
@@ -654,7 +658,6 @@ impl Controller {
                 }
                 let before = self.decision;
                 self.sample(now, counters, rtt_s, (drain_wait_s, connect_wait_s), false);
-                self.bursty = false;
                 self.state = State::Starting { at: now };
                 (self.decision != before).then_some(self.decision)
             }
