@@ -16,18 +16,17 @@
 //! moving their windows every RTT, the same windows every base RTT plus
 //! the allowed queue need N x (base + allowed) / RTT sessions (TCP Vegas'
 //! estimate, applied to the ensemble). It keeps the tuner at that N
-//! ([`Controller::set_ceiling`](crate::Controller::set_ceiling)). `fair`
-//! never sets it below the sessions that fill the path with those windows
-//! and no queue at all (N x base / RTT, rounded up): where one session's
-//! window is more than the allowed queue, it keeps up to a window of queue
-//! rather than leave the path short. While the queue stays below half of
+//! ([`Controller::set_ceiling`](crate::Controller::set_ceiling)). While
+//! the queue stays below half of
 //! what the mode allows for a few intervals at the ceiling, and either
 //! shows room (no more than the RTT's noise, [`ROOM_QUEUE_S`]) or would
 //! stay within what the mode allows with one more session's window on top
 //! (RTT / N), it raises the ceiling by a quarter (other traffic may have
 //! left), and the tuner searches up to it. Alone at the knee the path is
 //! full with a few ms of queue, and one more window is the queue the cut
-//! took away: no raise.
+//! took away: no raise. A cut that overshot (the queue gone, and our
+//! goodput down by more than the crowding share: the sessions kept did not
+//! keep the windows the estimate assumed) is raised at the next interval.
 //!
 //! A queue alone is not proof: a server that paces each connection (or a
 //! slow disk behind it) also makes the RTT grow, while every added session
@@ -274,6 +273,9 @@ pub struct Governor {
     /// The ceiling before the last raise, until a cut refutes the raise
     /// or another raise confirms it.
     raised_from: Option<usize>,
+    /// Our goodput in the interval that decided the last cut, until the
+    /// next raise (see [`Governor::observe`]: a cut that overshot).
+    cut_goodput: Option<f64>,
     /// Multiplies `release_after`: doubles each time a raise is refuted
     /// (up to [`RELEASE_BACKOFF_MAX`]), back to 1 when one holds.
     release_backoff: usize,
@@ -297,6 +299,7 @@ impl Governor {
             best_bytes_per_s: 0.0,
             restart: None,
             raised_from: None,
+            cut_goodput: None,
             release_backoff: 1,
             changes: Vec::new(),
         }
@@ -404,11 +407,20 @@ impl Governor {
                 self.raised_from = None;
                 self.release_backoff = 1;
             }
-            if self.clean < self.config.release_after * self.release_backoff {
+            // The cut overshot: the queue is gone and our goodput fell by
+            // more than the crowding share with it, so the sessions left
+            // carry less than the path holds (their windows did not stay
+            // as the estimate assumed: alone, 5 sessions with a 57 ms
+            // queue were cut to 3, which moved 710 Mbit/s of 956 on an
+            // empty queue, 2026-11-27). Raise at once.
+            let overshot = queue <= ROOM_QUEUE_S
+                && self.cut_goodput.is_some_and(|g| o.goodput_bytes_per_s < g * self.config.crowding);
+            if !overshot && self.clean < self.config.release_after * self.release_backoff {
                 return None;
             }
             self.clean = 0;
             self.raised_from = Some(c);
+            self.cut_goodput = None;
             Some(c + (c / 4).max(1))
         } else if queue <= allowed {
             // Full, within what the mode allows: stay.
@@ -426,19 +438,8 @@ impl Governor {
         } else {
             self.clean = 0;
             // The sessions that would carry the same windows with only
-            // the allowed queue standing. `fair` keeps the path full: never
-            // fewer than carry them with no queue at all, so where one
-            // session's window is more than the allowed queue it keeps up
-            // to one window of queue rather than leave the path short
-            // (alone, 5 sessions with a 57 ms queue at 100 ms ask 3.98
-            // for the 25 ms allowed: 3 moved 710 Mbit/s on an empty queue
-            // where 4 move 915 with 3 ms, 2026-11-27). `polite` yields.
-            let n = o.n as f64;
-            let fill = (n * (base + allowed) / o.rtt_s).floor() as usize;
-            let fill = match self.config.mode {
-                ShareMode::Fair => fill.max((n * base / o.rtt_s).ceil() as usize),
-                _ => fill,
-            };
+            // the allowed queue standing.
+            let fill = (o.n as f64 * (base + allowed) / o.rtt_s).floor() as usize;
             // `fair` cuts at most by half at a time: behind a drop-tail
             // queue of up to one BDP a queue of ours never asks for more
             // (RTT at most twice the base), so a deeper cut means a longer
@@ -470,6 +471,7 @@ impl Governor {
             self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
         }
         if new.is_some_and(|c| c < o.n) {
+            self.cut_goodput = Some(o.goodput_bytes_per_s);
             self.cut = Some(Cut {
                 n: o.n,
                 rtt_s: o.rtt_s,
@@ -551,6 +553,7 @@ impl Governor {
         self.rebased = true;
         self.low = None;
         self.raised_from = None;
+        self.cut_goodput = None;
         self.release_backoff = 1;
         self.per_session.clear();
         self.full = 0;
@@ -646,17 +649,32 @@ mod tests {
     }
 
     #[test]
-    fn fair_never_cuts_below_the_sessions_that_fill_the_path() {
-        // Alone at 100 ms, 5 sessions keep a 57 ms queue: 5 x 125 / 157 =
-        // 3.98 would meet the allowed 25 ms, but 3 of the same windows
-        // (5 x 100 / 157 = 3.2 fill the path) leave it short: 4.
+    fn a_cut_that_empties_the_path_and_costs_goodput_is_raised_at_once() {
+        // Alone at 100 ms (2026-11-27): 5 sessions moved 956 Mbit/s with a
+        // 57 ms queue; 5 x 125 / 157 cut to 3, which moved 710 on an empty
+        // queue (their windows did not stay): raised to 4 at once.
+        let at = |n: usize, rtt_ms: f64, mbit: f64| PathObservation {
+            goodput_bytes_per_s: mbit * 1e6 / 8.0,
+            ..obs(n, rtt_ms)
+        };
         let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&obs(4, 100.5)), None);
-        assert_eq!(g.observe(&obs(5, 157.0)), Some(Some(4)));
-        // Polite yields the queue, whatever it costs: 5 x 110 / 157.
-        let mut g = Governor::new(one(ShareMode::Polite));
-        assert_eq!(g.observe(&obs(4, 100.5)), None);
-        assert_eq!(g.observe(&obs(5, 157.0)), Some(Some(3)));
+        assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
+        assert_eq!(g.observe(&at(5, 157.0, 956.0)), Some(Some(3)));
+        assert_eq!(g.observe(&at(3, 100.2, 710.0)), Some(Some(4)));
+        // At 4 the path is full again (3 ms): held.
+        for _ in 0..100 {
+            assert_eq!(g.observe(&at(4, 103.0, 915.0)), None);
+        }
+        // A cut that left a queue (another flow's) or cost little waits
+        // for clean intervals as before.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(3, 106.0, 713.0)), None);
+        assert_eq!(g.observe(&at(4, 129.0, 740.0)), Some(Some(3)));
+        assert_eq!(g.observe(&at(3, 106.0, 713.0)), None, "6 ms of queue: held");
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
+        assert_eq!(g.observe(&at(5, 157.0, 956.0)), Some(Some(3)));
+        assert_eq!(g.observe(&at(3, 100.2, 900.0)), None, "the same goodput: no overshoot");
     }
 
     #[test]
