@@ -49,9 +49,10 @@ pub struct Signals {
     /// queueing delay cannot be told from host scheduling).
     pub standing_queue: Option<bool>,
     /// The goodput came in coarse steps: counted from whole completed
-    /// requests, or the halves of an interval of this job disagreed
-    /// (a server that releases replies in bursts). The tuner then also asks a win to rise above the measured
-    /// noise ([`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
+    /// requests, or the halves of an interval of this job disagreed (a
+    /// server that releases replies in bursts). The tuner then also asks a
+    /// win to rise above the measured noise
+    /// ([`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
     #[serde(default)]
     pub coarse: bool,
     /// The path's base RTT over the active sessions' RTT (medians, in

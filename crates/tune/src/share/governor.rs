@@ -17,9 +17,8 @@
 //! the allowed queue need N x (base + allowed) / RTT sessions (TCP Vegas'
 //! estimate, applied to the ensemble). It keeps the tuner at that N
 //! ([`Controller::set_ceiling`](crate::Controller::set_ceiling)). While
-//! the queue stays below half of
-//! what the mode allows for a few intervals at the ceiling, and either
-//! shows room (no more than the RTT's noise, [`ROOM_QUEUE_S`]) or would
+//! the queue stays below half of what the mode allows for a few intervals
+//! at the ceiling, and either shows room (no more than the RTT's noise, [`ROOM_QUEUE_S`]) or would
 //! stay within what the mode allows with one more session's window on top
 //! (RTT / N), it raises the ceiling by a quarter (other traffic may have
 //! left), and the tuner searches up to it. Alone at the knee the path is
