@@ -527,6 +527,14 @@ fn the_model_reaches_the_knee_in_seconds() {
     println!("model: N = {n}, final at {final_at:.1} s, 95 % at {:?} s", t.time_to_95pct_s);
     assert!(final_at <= 8.0, "N final after {final_at:.1} s");
     assert!(t.time_to_95pct_s.is_some_and(|s| s <= 2.5), "{t:?}");
+    // The trace the time to 95 % is read from has a point every 50 ms
+    // (not only at the ends of intervals, 0.2 s and more apart).
+    let gaps = c.progress().windows(2).map(|w| w[1].t_s - w[0].t_s);
+    let widest = gaps.fold(0.0, f64::max);
+    assert!(
+        widest <= 2.0 * wanblk_tune::control::PROGRESS_SPACING_S + 1e-3,
+        "a gap of {widest:.3} s in the trace"
+    );
     let points = c.tuning().unwrap().steps.len();
 
     let plain = TunerConfig { model: None, ..TunerConfig::default() };

@@ -458,6 +458,13 @@ pub struct Controller {
     best_goodput: f64,
     /// The last change of N was a decrease.
     decreased: bool,
+    /// Intervals closed since N last changed.
+    since_change: u32,
+    /// Whether a queue stood when the current interval began.
+    queue_at_begin: Option<bool>,
+    /// When the progress trace takes its next point (`None`: only with
+    /// the states' own calls).
+    next_trace: Option<Instant>,
     /// When N last changed, seconds since the start.
     last_change_s: Option<f64>,
     small_path: bool,
@@ -536,6 +543,9 @@ impl Controller {
             last_goodput: f64::NAN,
             best_goodput: 0.0,
             decreased: false,
+            since_change: 0,
+            queue_at_begin: None,
+            next_trace: None,
             last_change_s: None,
             small_path,
             ending: false,
@@ -560,9 +570,17 @@ impl Controller {
     }
 
     /// When the controller wants to be called next: the end of the
-    /// interval, the next look at a settling warm-up, or the next look at
-    /// sessions connecting or draining.
+    /// interval, the next look at a settling warm-up, the next look at
+    /// sessions connecting or draining, or (with pools) the next point of
+    /// the progress trace, every [`PROGRESS_SPACING_S`].
     pub fn poll_timeout(&self) -> Instant {
+        let state = self.state_timeout();
+        self.next_trace.map_or(state, |t| state.min(t))
+    }
+
+    /// When the current state wants to act next (the progress trace's
+    /// own points aside).
+    fn state_timeout(&self) -> Instant {
         match &self.state {
             State::Starting { at } => *at,
             State::Connecting { next_poll, .. } | State::Draining { next_poll, .. } => *next_poll,
@@ -580,6 +598,9 @@ impl Controller {
             return None;
         }
         self.trace(now, counters);
+        if now < self.state_timeout() {
+            return None;
+        }
         match self.state.clone() {
             State::Starting { .. } => {
                 self.begin_interval(now, counters);
@@ -826,6 +847,7 @@ impl Controller {
             return None;
         }
         self.decreased = self.decision.active < before;
+        self.since_change = 0;
         let rtt_s = self.samples.last().map_or(0.0, |s| s.rtt_ms / 1e3);
         self.last_change_s = self.samples.last().map(|s| s.t_s);
         self.size_requests(rtt_s);
@@ -836,6 +858,11 @@ impl Controller {
     /// Adds a progress point at `now` (replacing the last one if it is
     /// closer than the spacing).
     fn trace(&mut self, now: Instant, counters: &Counters) {
+        // With pools, a point at least every spacing: the time to reach
+        // the path is read from this trace, and intervals and settling
+        // looks alone leave gaps of 0.2 s and more (a run that reached
+        // 0.95 of the path at 1.5 s read 1.7 s).
+        self.next_trace = self.has_pools.then(|| now + Duration::from_secs_f64(timing::PROGRESS_SPACING_S));
         let t_s = now.saturating_duration_since(self.start).as_secs_f64();
         let point = match counters.transport_bytes() {
             Some(bytes) => ProgressPoint { t_s, bytes, from_tcp: true },
@@ -856,6 +883,7 @@ impl Controller {
     /// connect wait first after a change of N.
     fn begin_interval(&mut self, now: Instant, counters: &Counters) {
         let rtt_s = counters.max_rtt_s();
+        self.queue_at_begin = counters.standing_queue_over(self.path_base_s);
         let warmup = self.tuner.as_ref().is_some_and(Tuner::next_is_warmup);
         let length = match self.config.interval {
             IntervalChoice::Fixed(d) => d,
@@ -1032,7 +1060,16 @@ impl Controller {
             .config
             .rate_cap_bytes_per_s
             .is_some_and(|cap| goodput.is_finite() && goodput >= cap * AT_RATE_CAP);
-        let standing_queue = if capped { Some(true) } else { counters.standing_queue_over(self.path_base_s) };
+        let standing_queue = if capped {
+            Some(true)
+        } else {
+            queue_reading(
+                self.queue_at_begin,
+                counters.standing_queue_over(self.path_base_s),
+                self.decreased && self.since_change <= AFTER_DECREASE_INTERVALS,
+            )
+        };
+        self.since_change = self.since_change.saturating_add(1);
         let mut sample = IntervalSample {
             t_s: now.saturating_duration_since(self.start).as_secs_f64(),
             n,
@@ -1097,6 +1134,7 @@ impl Controller {
                 sample.discarded = step.discarded();
                 if step.next_n != n {
                     self.decreased = step.next_n < n;
+                    self.since_change = 0;
                     self.decision.active = step.next_n;
                     self.last_change_s = Some(sample.t_s);
                 }
@@ -1146,6 +1184,23 @@ impl Controller {
 /// when every active session has them, else completed requests.
 fn progress_bytes(counters: &Counters) -> u64 {
     counters.transport_bytes().unwrap_or(counters.completed_bytes)
+}
+
+/// Intervals after a decrease (the warm-up that drains, then the first
+/// measured one) whose end without a queue is not taken for room when a
+/// queue stood at their start; see [`queue_reading`].
+const AFTER_DECREASE_INTERVALS: u32 = 1;
+
+/// The standing queue an interval reports: the one at its end (`end`),
+/// except just after a decrease (`after_decrease`) when a queue stood at
+/// its start and is gone at its end. Then the queue the removed sessions
+/// left was draining while the kept ones still had the windows of a
+/// smaller share of the path (cubic regrows them over seconds): the
+/// interval measured that transient, not room, and reports nothing
+/// (`None`). Read as room, it made the knee search look for a hump above
+/// a point that held the plateau (quick stop 28, backup: 5 -> 9 -> 7 -> 5).
+fn queue_reading(begin: Option<bool>, end: Option<bool>, after_decrease: bool) -> Option<bool> {
+    if after_decrease && begin == Some(true) && end == Some(false) { None } else { end }
 }
 
 /// Without TCP counters an automatic interval lasts until at least this
@@ -1205,6 +1260,17 @@ mod tests {
         assert!(!s.from_tcp && (s.request_bytes, s.depth) == (0, 0));
         c.finish(t + Duration::from_millis(100), &done);
         assert!(c.samples()[1].discarded && c.samples()[1].completed_mbps == 0.0);
+    }
+
+    #[test]
+    fn a_queue_that_drains_just_after_a_decrease_is_not_room() {
+        assert_eq!(queue_reading(Some(true), Some(false), true), None);
+        // Anywhere else the end of the interval tells.
+        assert_eq!(queue_reading(Some(true), Some(false), false), Some(false));
+        assert_eq!(queue_reading(Some(false), Some(false), true), Some(false));
+        assert_eq!(queue_reading(None, Some(false), true), Some(false));
+        assert_eq!(queue_reading(Some(false), Some(true), true), Some(true));
+        assert_eq!(queue_reading(Some(true), None, true), None);
     }
 
     #[test]
