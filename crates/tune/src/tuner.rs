@@ -664,6 +664,14 @@ impl Tuner {
         g > reference * (1.0 + self.cfg.tolerance + noise)
     }
 
+    /// `g` beats `reference` by a third of the tolerance or more (and, on
+    /// a coarse path, by the measured noise too): within the tolerance,
+    /// but more than a tie at the plateau reads.
+    fn gained_a_little(&self, g: f64, reference: f64) -> bool {
+        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
+        g > reference * (1.0 + self.cfg.tolerance / 3.0 + noise)
+    }
+
     /// `g`, measured at N divided by alpha, is at least as good as
     /// `reference` within the tolerance: ties go to fewer sessions. Safe
     /// because the step is a whole factor alpha: where more sessions help
@@ -728,6 +736,15 @@ impl Tuner {
                 } else {
                     let tie = self.cfg.plateau_knee && g >= b.reference * (1.0 - self.plateau_margin());
                     if tie && b.full && here.full {
+                        if self.gained_a_little(g, b.reference) {
+                            // The model: full at b, and n gained a little
+                            // more than the RTT's noise: a few loss-based
+                            // sessions keep a queue and still leave the
+                            // link short (quick backup: 4 sessions move
+                            // 919 Mbit/s with a 9 ms queue, 8 move 946, 5
+                            // the 956). The knee is in (b, n].
+                            return self.knee(b.n, Some(b.own), here, 0);
+                        }
                         // The model: full at b and no better one step up:
                         // the knee is at or below b.
                         let hi = Point { reference: b.reference.max(g), ..b };
@@ -735,7 +752,7 @@ impl Tuner {
                         return self.knee(lower, lo_g, hi, 0);
                     }
                     if tie && b.ramp && here.full {
-                        if g > b.reference * (1.0 + self.cfg.tolerance / 3.0) {
+                        if self.gained_a_little(g, b.reference) {
                             // The model: b had room and n, full, gained a
                             // little, within the tolerance: the path's
                             // last few percent lie above b (on the quick
@@ -1433,6 +1450,71 @@ mod tests {
         let mut t = converged_at_16();
         let (j, _) = decline(&mut t, true).expect("the level's rule");
         assert!(j > i + 1, "room {i}, queue {j}");
+    }
+
+    #[test]
+    fn a_small_gain_above_a_full_first_point_is_looked_for_above_it() {
+        // The quick backup (stop 29): 4 sessions keep a 9 ms queue and move
+        // 919 Mbit/s, 8 move 946, 5 already the 956.
+        let g = |n: usize| match n {
+            0..=3 => n as f64 * 230.0,
+            4 => 919.0,
+            5..=7 => 956.0,
+            _ => 946.0,
+        };
+        let full = Signals { standing_queue: Some(true), ..Signals::default() };
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg.clone()).unwrap();
+        let mut seen = vec![t.current()];
+        while t.converged().is_none() && seen.len() < 20 {
+            let n = t.current();
+            t.observe_with(sample(n, g(n)), full);
+            seen.push(t.current());
+        }
+        assert_eq!(t.converged(), Some(5), "{seen:?}");
+        assert_eq!(seen, [4, 8, 5, 5], "one step up, one knee probe");
+        // A gain within a third of the tolerance is a tie at the plateau:
+        // the knee is at or below the first point.
+        let flat = |n: usize| if n >= 4 { 919.0 * (1.0 + 0.008 * f64::from(u8::from(n > 4))) } else { g(n) };
+        let mut t = Tuner::new(cfg).unwrap();
+        for _ in 0..20 {
+            let n = t.current();
+            t.observe_with(sample(n, flat(n)), full);
+            if t.converged().is_some() {
+                break;
+            }
+        }
+        assert_eq!(t.converged(), Some(4), "{:?}", t.report().steps);
+    }
+
+    #[test]
+    fn a_probe_below_a_full_plateau_with_no_queue_reading_ends_the_knee_search() {
+        // The quick path: 4 sessions have room at 936, 16 fill the 956.
+        let thin = |n: usize| (n as f64 * 234.0).min(956.0);
+        let queue = |q: Option<bool>| Signals { standing_queue: q, ..Signals::default() };
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let probe = |at_probe: Option<bool>| {
+            let mut t = Tuner::new(cfg.clone()).unwrap();
+            while t.current() == 4 {
+                t.observe_with(sample(4, thin(4)), queue(Some(false)));
+            }
+            assert_eq!(t.current(), 16);
+            t.observe_with(sample(16, 956.0), queue(Some(true)));
+            let p = t.current();
+            assert!(p < 16 && t.phase() == Phase::Knee, "{:?}", t.report().steps);
+            // The probe holds the plateau (0.5 % below, within the tolerance).
+            t.observe_with(sample(p, 951.0), queue(at_probe));
+            (p, t)
+        };
+        // The controller reports no reading for the first interval after a
+        // decrease whose queue drained (see `control::queue_reading`): the
+        // probe is on the plateau, the fewest sessions found.
+        let (p, t) = probe(None);
+        assert_eq!(t.converged(), Some(p), "{:?}", t.report().steps);
+        // Read as room it is a hump's sign: the search goes on above it.
+        let (p, t) = probe(Some(false));
+        assert_eq!(t.converged(), None);
+        assert!(t.current() > p, "{:?}", t.report().steps);
     }
 
     #[test]
