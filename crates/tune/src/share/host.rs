@@ -16,7 +16,9 @@
 //!   least 1 each: together about the N of one copy.
 //! - With k copies started together (no budget yet), the first copy (the
 //!   leader) tunes without a ceiling while the others are held at one
-//!   session; the leader's converged N becomes the budget, and it is split.
+//!   session; the leader's converged N plus the sessions the others held
+//!   meanwhile (the leader tuned beside them) becomes the budget, and it
+//!   is split.
 //! - When the last copy on a path leaves, its budget is forgotten (the
 //!   next copy tunes again).
 //!
@@ -282,7 +284,13 @@ impl HostBudget {
         let sets_budget =
             peers.len() == 1 || (peers.first() == Some(&id) && !self.budgets.contains_key(&key));
         if settled && n > 0 && sets_budget {
-            self.budgets.insert(key, n);
+            // The leader tuned beside the others' sessions: the path was
+            // full with all of them (four copies on the share path: the
+            // leader settled at 2 beside three single sessions, and a
+            // budget of 2 left the three at one session each, 0.7 of the
+            // link, once the leader was done).
+            let total: usize = peers.iter().filter_map(|p| self.members.get(p)).map(|m| m.n).sum();
+            self.budgets.insert(key, total.max(n));
         }
         self.grant(id)
     }
@@ -382,13 +390,25 @@ mod tests {
         let mut h = HostBudget::new();
         let ids: Vec<MemberId> = (0..4).map(|_| h.join("p")).collect();
         assert_eq!(h.report(ids[0], 4, 0, false).ceiling, None);
-        assert_eq!(h.report(ids[1], 4, 0, false).ceiling, Some(1));
-        assert_eq!(h.report(ids[0], 10, 0, true).ceiling, Some(3));
+        for &id in &ids[1..] {
+            assert_eq!(h.report(id, 4, 0, false).ceiling, Some(1));
+        }
+        // Held at one session each while the leader tunes beside them.
+        for &id in &ids[1..] {
+            assert_eq!(h.report(id, 1, 0, false).ceiling, Some(1));
+        }
+        // The leader settles at 7 with the three others' sessions on the
+        // path too: the budget is the 10 sessions that filled it.
+        assert_eq!(h.report(ids[0], 7, 0, true).ceiling, Some(3));
         let ceilings: Vec<usize> = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).collect();
         assert_eq!(ceilings, vec![3, 3, 2, 2]);
         // A follower's settled N never sets the budget.
         h.report(ids[3], 2, 0, true);
         assert_eq!(h.grant(ids[0]).ceiling, Some(3));
+        // The leader is done first: the others share the whole budget.
+        h.leave(ids[0]);
+        let ceilings: Vec<usize> = ids[1..].iter().map(|id| h.grant(*id).ceiling.unwrap()).collect();
+        assert_eq!(ceilings, vec![4, 3, 3]);
     }
 
     proptest! {
