@@ -101,6 +101,10 @@ pub struct Row {
     pub time_to_final_n_s: Option<f64>,
     /// Hypervisor steal share of host CPU during the run, percent.
     pub steal_pct: Option<f64>,
+    /// The report's progress trace (wanblk runs; for the time to 0.95 of
+    /// the path's ceiling, which only the tables know).
+    #[serde(skip)]
+    pub progress: Vec<wanblk_tune::control::ProgressPoint>,
 }
 
 fn buffers_label(p: SysctlProfile) -> String {
@@ -141,7 +145,18 @@ fn row(scenario: &str, spec: &PathSpec, r: &Run) -> Row {
         time_to_95pct_s: timing.and_then(|t| t.time_to_95pct_s),
         time_to_final_n_s: timing.and_then(|t| t.time_to_final_n_s),
         steal_pct: r.steal_pct,
+        progress: r.report.as_ref().map(|j| j.progress.clone()).unwrap_or_default(),
     }
+}
+
+/// Seconds until the run's goodput first reached 0.95 of `ceiling_mbps`
+/// (the path's iperf3 ceiling, where the report's own figure measures
+/// against what the run itself carried), over the report's trailing
+/// window of max(0.25 s, 2 RTT).
+fn time_to_95pct_of(r: &Row, ceiling_mbps: f64) -> Option<f64> {
+    use wanblk_tune::control::{NEAR_CAPACITY, RATE_WINDOW_MIN_S, time_to_rate};
+    let window = RATE_WINDOW_MIN_S.max(4.0 * r.delay_ms / 1e3);
+    time_to_rate(&r.progress, NEAR_CAPACITY * ceiling_mbps * 1e6 / 8.0, window)
 }
 
 /// Collects rows and writes them as they come, so an interrupted run keeps
@@ -542,14 +557,14 @@ fn tables(rows: &[Row]) -> String {
             let _ = writeln!(t, "\n### {p}, {dir:?}\n");
             let _ = writeln!(
                 t,
-                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged | 95 % at s | N final at s | host steal % |"
+                "| scenario | tool | N | goodput Mbit/s | steady Mbit/s | / ceiling | / nbdcopy default | client CPU s/Gbit | server CPU s/Gbit | converged | 95 % at s | 95 % of ceiling at s | N final at s | host steal % |"
             );
-            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for r in rs {
                 let ratio = |d: Option<f64>| d.map_or("-".into(), |d| format!("{:.2}", r.goodput_mbps / d));
                 let _ = writeln!(
                     t,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.scenario,
                     r.tool,
                     r.n.map_or("-".into(), |n| n.to_string()),
@@ -561,6 +576,7 @@ fn tables(rows: &[Row]) -> String {
                     cell(r.server_cpu_s_per_gbit, 2),
                     r.converge_s.map_or("-".into(), |c| format!("{c:.1} s")),
                     cell(r.time_to_95pct_s, 1),
+                    cell(ceiling.and_then(|c| time_to_95pct_of(r, c)), 1),
                     cell(r.time_to_final_n_s, 1),
                     cell(r.steal_pct, 0),
                 );
@@ -819,6 +835,7 @@ mod tests {
             time_to_95pct_s: None,
             time_to_final_n_s: None,
             steal_pct: None,
+            progress: Vec::new(),
         }
     }
 
@@ -849,16 +866,36 @@ mod tests {
             Row {
                 time_to_95pct_s: Some(1.3),
                 time_to_final_n_s: Some(7.5),
+                // 0.5 s of nothing, then 800 Mbit/s, from 1.5 s on 1000:
+                // 0.95 of the 900 ceiling over the trailing 0.25 s from
+                // 1.57 s on, the next point of the trace at 1.6 s.
+                progress: (0..=60)
+                    .map(|i| {
+                        let t_s = f64::from(i) * 0.05;
+                        let mbit = if t_s <= 0.5 {
+                            0.0
+                        } else if t_s <= 1.5 {
+                            (t_s - 0.5) * 800.0
+                        } else {
+                            800.0 + (t_s - 1.5) * 1000.0
+                        };
+                        wanblk_tune::control::ProgressPoint {
+                            t_s,
+                            bytes: (mbit * 1e6 / 8.0) as u64,
+                            from_tcp: true,
+                        }
+                    })
+                    .collect(),
                 ..row("auto", Direction::Restore, 850.0)
             },
         ];
         let t = tables(&rows);
-        assert!(t.contains("| 95 % at s | N final at s |"), "{t}");
+        assert!(t.contains("| 95 % at s | 95 % of ceiling at s | N final at s |"), "{t}");
         let auto = t.lines().find(|l| l.starts_with("| auto")).unwrap();
         let cells: Vec<&str> = auto.split('|').map(str::trim).collect();
-        assert_eq!((cells[11], cells[12]), ("1.3", "7.5"), "{auto}");
+        assert_eq!((cells[11], cells[12], cells[13]), ("1.3", "1.6", "7.5"), "{auto}");
         let ceiling = t.lines().find(|l| l.starts_with("| ceiling")).unwrap();
-        assert!(ceiling.contains("| - | - |"), "{ceiling}");
+        assert!(ceiling.contains("| - | - | - |"), "{ceiling}");
     }
 
     #[test]
