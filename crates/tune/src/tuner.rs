@@ -210,6 +210,11 @@ struct Hold {
     /// below the search's peak, and their mean.
     room: u32,
     room_mean: f64,
+    /// The plateau's level the search held this N to (its reference).
+    plateau: f64,
+    /// Intervals in a row with room and goodput below the plateau by more
+    /// than the tolerance.
+    short: u32,
 }
 
 /// Duration-weighted running mean of the samples of one point, and the
@@ -907,6 +912,8 @@ impl Tuner {
             mean: 0.0,
             room: 0,
             room_mean: 0.0,
+            plateau: m.reference,
+            short: 0,
         });
         self.report.final_n = Some(m.n);
         self.report.converged_at_interval = Some(self.intervals);
@@ -941,6 +948,42 @@ impl Tuner {
         } else {
             (h.room, h.room_mean) = (0, 0.0);
         }
+        // Held with room below the plateau a larger N was measured on: the
+        // point was taken for the plateau on a reading that did not last
+        // (the quick restore: 4 sessions read 949 just after slow start
+        // beside 16's 956, then held 909-930 with no queue while 5 move the
+        // 956). The knee search goes on above it.
+        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
+        let short = self.signals.standing_queue == Some(false)
+            && self.current < self.cfg.n_max
+            && g < h.plateau * (1.0 - self.cfg.tolerance - noise);
+        h.short = if short { h.short + 1 } else { 0 };
+        if h.short >= rt.consecutive {
+            let (plateau, n) = (h.plateau, self.current);
+            let above = self
+                .measured
+                .range(n + 1..=self.cfg.n_max)
+                .find(|(_, g)| **g >= plateau * (1.0 - self.cfg.tolerance))
+                .map(|(k, g)| (*k, *g));
+            if let Some((k, kg)) = above {
+                h.short = 0;
+                let hi = Point { reference: plateau, full: true, ..Point::at(k, kg) };
+                self.report.final_n = None;
+                // The knee's bound from what this N carries now.
+                let next = self.knee(n, Some(g), hi, 0);
+                self.record_step(StepRecord {
+                    interval: self.intervals,
+                    phase: Phase::Converged,
+                    n,
+                    goodput_bytes_per_s: g,
+                    next_n: next,
+                    bracket: None,
+                });
+                self.move_to(next);
+                return;
+            }
+        }
+        let State::Converged(h) = &mut self.state else { return };
         let deviation = g - h.level;
         if deviation.abs() <= rt.threshold * h.level {
             h.count = 0;
@@ -1450,6 +1493,42 @@ mod tests {
         let mut t = converged_at_16();
         let (j, _) = decline(&mut t, true).expect("the level's rule");
         assert!(j > i + 1, "room {i}, queue {j}");
+    }
+
+    #[test]
+    fn a_point_held_with_room_below_the_plateau_it_was_taken_for_is_searched_above() {
+        // The quick restore (stop 29): 4 sessions read 949 with room just
+        // after slow start, 16 fill the 956 (a tie), so 4 is held; then 4
+        // carry 920 with room, and 5 the 956.
+        let room = Signals { standing_queue: Some(false), ..Signals::default() };
+        let full = Signals { standing_queue: Some(true), ..Signals::default() };
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let held_at_4 = || {
+            let mut t = Tuner::new(cfg.clone()).unwrap();
+            t.observe_with(sample(4, 949.0), room);
+            assert_eq!(t.current(), 16);
+            t.observe_with(sample(16, 956.0), full);
+            assert_eq!(t.converged(), Some(4), "{:?}", t.report().steps);
+            t
+        };
+        let mut t = held_at_4();
+        for _ in 0..3 {
+            t.observe_with(sample(4, 920.0), room);
+        }
+        assert_eq!((t.current(), t.phase()), (5, Phase::Knee), "{:?}", t.report().steps);
+        t.observe_with(sample(5, 956.0), full);
+        assert_eq!(t.converged(), Some(5), "{:?}", t.report().steps);
+        // Behind a standing queue, or within the tolerance: held.
+        let mut t = held_at_4();
+        for _ in 0..10 {
+            t.observe_with(sample(4, 920.0), full);
+        }
+        assert_eq!(t.converged(), Some(4));
+        let mut t = held_at_4();
+        for _ in 0..10 {
+            t.observe_with(sample(4, 935.0), room);
+        }
+        assert_eq!(t.converged(), Some(4));
     }
 
     #[test]
