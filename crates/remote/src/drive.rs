@@ -111,6 +111,7 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> (Controller, Governor, usize) {
     let mut applied: Option<usize> = None;
+    let mut copies_seen = 1;
     loop {
         let wake = tokio::time::Instant::from_std(ctl.poll_timeout());
         tokio::select! {
@@ -127,13 +128,20 @@ pub(crate) async fn run(
                 tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
             }
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
-            let mut ceiling = governor.ceiling();
-            if let Some(h) = &host {
+            let grant = host.as_ref().map(|h| {
                 let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
                 h.report(o.n, o.goodput_bytes_per_s.max(0.0) as u64, settled);
-                if let Some(c) = h.grant().ceiling {
-                    ceiling = Some(ceiling.map_or(c, |g| g.min(c)));
+                h.grant()
+            });
+            if let Some(g) = grant {
+                if g.copies < copies_seen && governor.other_copy_left(o.t_s).is_some() {
+                    tracing::info!(copies = g.copies, "share: another copy left, ceiling lifted");
                 }
+                copies_seen = g.copies;
+            }
+            let mut ceiling = governor.ceiling();
+            if let Some(c) = grant.and_then(|g| g.ceiling) {
+                ceiling = Some(ceiling.map_or(c, |g| g.min(c)));
             }
             if let Some((p, user_cap)) = pacer.as_mut()
                 && let Some(rate) = p.observe(governor.ceiling().is_some(), o.goodput_bytes_per_s, *user_cap)

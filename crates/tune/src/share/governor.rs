@@ -341,6 +341,34 @@ impl Governor {
         &self.changes
     }
 
+    /// Another copy of this host on the same path ended (the host's
+    /// coordinator counts one copy fewer): the queue it kept is gone, and
+    /// a ceiling cut against it would hold this copy at a fraction of the
+    /// path while the governor's raises add a quarter at a time (two
+    /// copies sharing the host's budget, stop 29: the one left raised
+    /// 1 -> 2 -> 3 -> 4 over 13 s at 0.5-0.7 of the link). The ceiling is
+    /// lifted, the per-session history measured beside the other copy is
+    /// forgotten, and the tuner searches above its N again. Returns the
+    /// new ceiling (`None`) if there was one.
+    pub fn other_copy_left(&mut self, t_s: f64) -> Option<Option<usize>> {
+        self.per_session.clear();
+        self.full = 0;
+        self.clean = 0;
+        self.cut = None;
+        self.cut_goodput = None;
+        self.raised_from = None;
+        self.release_backoff = 1;
+        self.ceiling.take()?;
+        self.changes.push(CeilingChange {
+            t_s,
+            n: 0,
+            ceiling: None,
+            queue_ms: 0.0,
+            base_rtt_ms: self.base_s.unwrap_or(0.0) * 1e3,
+        });
+        Some(None)
+    }
+
     /// Takes one interval; returns the new ceiling when it changed
     /// (`Some(None)`: removed). Greedy never sets one.
     pub fn observe(&mut self, o: &PathObservation) -> Option<Option<usize>> {
@@ -645,6 +673,18 @@ mod tests {
         assert_eq!(g.ceiling(), Some(7));
         assert_eq!(g.changes().len(), 2);
         assert!((g.changes()[0].queue_ms - 110.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_ceiling_cut_beside_another_copy_is_lifted_when_it_leaves() {
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&obs(1, 120.0)), None);
+        assert_eq!(g.observe(&obs(3, 160.0)), Some(Some(2)), "crowded against 1, a 60 ms queue");
+        assert_eq!(g.other_copy_left(20.0), Some(None));
+        assert_eq!(g.ceiling(), None);
+        assert_eq!(g.changes().last().map(|c| c.ceiling), Some(None));
+        // Nothing to lift a second time.
+        assert_eq!(g.other_copy_left(21.0), None);
     }
 
     #[test]
