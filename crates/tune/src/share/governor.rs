@@ -27,6 +27,14 @@
 //! goodput down by more than the crowding share: the sessions kept did not
 //! keep the windows the estimate assumed) is raised at the next interval.
 //!
+//! Alone on the path, a queue is ours and nobody else's rate depends on
+//! it: `fair` does not cut while a smaller N carried at least 0.95 of our
+//! best goodput with no queue and we still carry 0.97 of it. A loss-based
+//! competitor present from the start keeps a queue at every N; a
+//! window-limited one leaves a few sessions of ours short of what more of
+//! them take from it; one that arrives later takes share from us. Each of
+//! these ends the exemption.
+//!
 //! A queue alone is not proof: a server that paces each connection (or a
 //! slow disk behind it) also makes the RTT grow, while every added session
 //! still adds as much goodput as the others carry. So `fair` lowers the
@@ -157,6 +165,10 @@ pub struct GovernorConfig {
     /// Below this base RTT (a LAN, loopback) the governor stays out: a
     /// server's pacing or a disk moves the RTT far more than any queue.
     pub min_base_s: f64,
+    /// `fair` counts the path as ours alone (no cut) while our goodput is
+    /// at least this share of our best on it, and a smaller N carried
+    /// most of that best with no queue (see [`Governor::observe`]).
+    pub alone_share: f64,
 }
 
 impl GovernorConfig {
@@ -174,6 +186,7 @@ impl GovernorConfig {
             crowding: 0.85,
             confirm: 2,
             min_base_s: 0.001,
+            alone_share: 0.97,
         }
     }
 
@@ -219,6 +232,13 @@ struct Cut {
     lossy_waits: u8,
 }
 
+/// `fair` reads the path as ours alone only if a smaller N carried this
+/// share of our best goodput with no queue: at most the rest of the path
+/// was anyone else's (a window-limited flow present from the start keeps
+/// no queue beside a few of our sessions, but leaves them short of what
+/// more sessions then take from it).
+const ALONE_ROOMY_SHARE: f64 = 0.95;
+
 /// A standing queue this short (seconds) is the RTT's noise: the path has
 /// room, and the ceiling may rise (see [`Governor::observe`]).
 pub const ROOM_QUEUE_S: f64 = 0.002;
@@ -252,6 +272,11 @@ pub struct Governor {
     per_session: std::collections::BTreeMap<usize, f64>,
     ceiling: Option<usize>,
     clean: usize,
+    /// The largest N that carried most of the path's best goodput with
+    /// no queue (at most half the allowed one) on this path.
+    roomy_n: Option<usize>,
+    /// Our goodput at `roomy_n`, bytes per second.
+    roomy_bytes_per_s: f64,
     /// Consecutive full intervals so far, all at `full_n` sessions.
     full: usize,
     full_n: Option<usize>,
@@ -292,6 +317,8 @@ impl Governor {
             clean: 0,
             full: 0,
             full_n: None,
+            roomy_n: None,
+            roomy_bytes_per_s: 0.0,
             cut: None,
             rebased: false,
             low: None,
@@ -352,6 +379,8 @@ impl Governor {
     /// new ceiling (`None`) if there was one.
     pub fn other_copy_left(&mut self, t_s: f64) -> Option<Option<usize>> {
         self.per_session.clear();
+        self.roomy_n = None;
+        self.best_bytes_per_s = 0.0;
         self.full = 0;
         self.clean = 0;
         self.cut = None;
@@ -406,7 +435,21 @@ impl Governor {
             let best = self.per_session.entry(o.n).or_insert(per_session);
             *best = best.max(per_session);
         }
-        let full = queue > allowed && (crowded || self.config.mode == ShareMode::Polite);
+        if queue <= allowed / 2.0 && self.roomy_n.is_none_or(|r| r < o.n) {
+            self.roomy_n = Some(o.n);
+            self.roomy_bytes_per_s = o.goodput_bytes_per_s;
+        }
+        // Alone on the path: a smaller N carried most of our best with no
+        // queue, and we still carry our best. The queue is ours and no one
+        // else's rate depends on it: no cut (alone, 5 sessions on the quick
+        // path keep 20-31 ms, around the 25 ms `fair` allows, and a cut to
+        // 4 cost 4 % of the link). A competitor present from the start
+        // keeps a queue at every N; one that arrives takes share from us.
+        let alone = self.config.mode == ShareMode::Fair
+            && self.roomy_n.is_some_and(|r| r < o.n)
+            && self.roomy_bytes_per_s >= self.best_bytes_per_s * ALONE_ROOMY_SHARE
+            && o.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.alone_share;
+        let full = queue > allowed && !alone && (crowded || self.config.mode == ShareMode::Polite);
         // Full intervals in a row at this N: a queue seen at a larger N
         // (or the first interval after leaving it, while that N's queue
         // drains) does not confirm one at this N.
@@ -585,6 +628,7 @@ impl Governor {
         self.per_session.clear();
         self.full = 0;
         self.clean = 0;
+        self.roomy_n = None;
         let per_session = o.goodput_bytes_per_s / o.n as f64;
         let refill = self.best_bytes_per_s / per_session;
         let refill = if refill.is_finite() && refill > 0.0 { refill.ceil().min(1e6) as usize } else { 0 };
@@ -696,8 +740,10 @@ mod tests {
             goodput_bytes_per_s: mbit * 1e6 / 8.0,
             ..obs(n, rtt_ms)
         };
+        // (Here 4 sessions carry 905 with room, 0.947 of the best: the
+        // path is not known to be ours alone; see the test below.)
         let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
+        assert_eq!(g.observe(&at(4, 100.5, 905.0)), None);
         assert_eq!(g.observe(&at(5, 157.0, 956.0)), Some(Some(3)));
         assert_eq!(g.observe(&at(3, 100.2, 710.0)), Some(Some(4)));
         // At 4 the path is full again (3 ms): held.
@@ -707,13 +753,35 @@ mod tests {
         // A cut that left a queue (another flow's) or cost little waits
         // for clean intervals as before.
         let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(3, 106.0, 713.0)), None);
+        assert_eq!(g.observe(&at(3, 115.0, 713.0)), None);
         assert_eq!(g.observe(&at(4, 129.0, 740.0)), Some(Some(3)));
         assert_eq!(g.observe(&at(3, 106.0, 713.0)), None, "6 ms of queue: held");
         let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
+        assert_eq!(g.observe(&at(4, 100.5, 905.0)), None);
         assert_eq!(g.observe(&at(5, 157.0, 956.0)), Some(Some(3)));
         assert_eq!(g.observe(&at(3, 100.2, 900.0)), None, "the same goodput: no overshoot");
+    }
+
+    #[test]
+    fn alone_on_the_path_fair_leaves_its_own_queue_and_cuts_once_someone_takes_share() {
+        // The quick path: 4 sessions carry 915 with room, 5 the 956 with a
+        // queue of 25-57 ms. Nobody else is there: no cut.
+        let at = |n: usize, rtt_ms: f64, mbit: f64| PathObservation {
+            goodput_bytes_per_s: mbit * 1e6 / 8.0,
+            ..obs(n, rtt_ms)
+        };
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
+        for rtt in [126.0, 131.0, 157.0, 140.0] {
+            assert_eq!(g.observe(&at(5, rtt, 956.0)), None, "{rtt} ms");
+        }
+        // A flow arrives and takes a fifth: the queue is shared now.
+        assert_eq!(g.observe(&at(5, 160.0, 760.0)), Some(Some(3)));
+        // A window-limited flow present from the start: a few sessions of
+        // ours had room but carried less than 0.95 of what more take.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(2, 101.0, 440.0)), None);
+        assert_eq!(g.observe(&at(4, 130.0, 700.0)), Some(Some(3)));
     }
 
     #[test]
@@ -741,8 +809,10 @@ mod tests {
         for n in [4, 8, 16, 32] {
             assert_eq!(g.observe(&obs(n, 400.5)), None, "{n}");
         }
-        // A queue of ours on the new path is still seen: 48 x 500 / 400.
-        assert_eq!(g.observe(&obs(48, 600.0)), Some(Some(40)));
+        // A queue on the new path is still seen once it costs us goodput
+        // (not ours alone any more): 48 x 500 / 400.
+        let crowded = PathObservation { goodput_bytes_per_s: 40e6, ..obs(48, 600.0) };
+        assert_eq!(g.observe(&crowded), Some(Some(40)));
         // One interval reading low (a warm-up, sessions just opened) does
         // not move the re-taken base; two settled ones in a row do.
         assert_eq!(g.observe(&PathObservation { discarded: true, ..obs(40, 320.0) }), None);
@@ -755,7 +825,8 @@ mod tests {
     #[test]
     fn a_queue_that_shrinks_with_n_keeps_the_base() {
         let mut g = Governor::new(one(ShareMode::Fair));
-        assert_eq!(g.observe(&obs(8, 100.5)), None);
+        // 8 with room at 0.9 of what 16 carry: not ours alone.
+        assert_eq!(g.observe(&PathObservation { goodput_bytes_per_s: 72e6, ..obs(8, 100.5) }), None);
         assert_eq!(g.observe(&obs(16, 200.0)), Some(Some(10)));
         // 10 sessions: the RTT fell with N (16 -> 10 takes 200 to 125 ms).
         assert_eq!(g.observe(&obs(10, 125.0)), None);

@@ -294,7 +294,9 @@ pub(crate) struct SessionArgs {
     /// bottleneck) and each session moves less than with fewer sessions
     /// (more sessions only take share from the others); N is then held
     /// where the windows fit without that queue, so a flow sharing the path
-    /// keeps most of its rate. `polite`: act on the queue alone, allowing
+    /// keeps most of its rate. Alone on the path (fewer sessions carried
+    /// nearly all of what more carry, with no queue) the queue is wanblk's
+    /// own and is left to the tuner. `polite`: act on the queue alone, allowing
     /// almost none (5 % of the base RTT), so other traffic goes first;
     /// against traffic that keeps the queue full wanblk falls back towards
     /// one session. `greedy`: no such limit; more sessions are added as
