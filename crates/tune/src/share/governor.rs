@@ -272,11 +272,9 @@ pub struct Governor {
     per_session: std::collections::BTreeMap<usize, f64>,
     ceiling: Option<usize>,
     clean: usize,
-    /// The largest N that carried most of the path's best goodput with
-    /// no queue (at most half the allowed one) on this path.
-    roomy_n: Option<usize>,
-    /// Our goodput at `roomy_n`, bytes per second.
-    roomy_bytes_per_s: f64,
+    /// Best goodput (bytes per second) of each N in a settled interval
+    /// with no queue (at most half the allowed one) on this path.
+    roomy: std::collections::BTreeMap<usize, f64>,
     /// Consecutive full intervals so far, all at `full_n` sessions.
     full: usize,
     full_n: Option<usize>,
@@ -317,8 +315,7 @@ impl Governor {
             clean: 0,
             full: 0,
             full_n: None,
-            roomy_n: None,
-            roomy_bytes_per_s: 0.0,
+            roomy: std::collections::BTreeMap::new(),
             cut: None,
             rebased: false,
             low: None,
@@ -379,7 +376,7 @@ impl Governor {
     /// new ceiling (`None`) if there was one.
     pub fn other_copy_left(&mut self, t_s: f64) -> Option<Option<usize>> {
         self.per_session.clear();
-        self.roomy_n = None;
+        self.roomy.clear();
         self.best_bytes_per_s = 0.0;
         self.full = 0;
         self.clean = 0;
@@ -435,9 +432,9 @@ impl Governor {
             let best = self.per_session.entry(o.n).or_insert(per_session);
             *best = best.max(per_session);
         }
-        if queue <= allowed / 2.0 && self.roomy_n.is_none_or(|r| r < o.n) {
-            self.roomy_n = Some(o.n);
-            self.roomy_bytes_per_s = o.goodput_bytes_per_s;
+        if queue <= allowed / 2.0 && o.goodput_bytes_per_s.is_finite() {
+            let g = self.roomy.entry(o.n).or_insert(o.goodput_bytes_per_s);
+            *g = g.max(o.goodput_bytes_per_s);
         }
         // Alone on the path: a smaller N carried most of our best with no
         // queue, and we still carry our best. The queue is ours and no one
@@ -446,8 +443,7 @@ impl Governor {
         // 4 cost 4 % of the link). A competitor present from the start
         // keeps a queue at every N; one that arrives takes share from us.
         let alone = self.config.mode == ShareMode::Fair
-            && self.roomy_n.is_some_and(|r| r < o.n)
-            && self.roomy_bytes_per_s >= self.best_bytes_per_s * ALONE_ROOMY_SHARE
+            && self.roomy.range(..o.n).any(|(_, g)| *g >= self.best_bytes_per_s * ALONE_ROOMY_SHARE)
             && o.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.alone_share;
         let full = queue > allowed && !alone && (crowded || self.config.mode == ShareMode::Polite);
         // Full intervals in a row at this N: a queue seen at a larger N
@@ -628,7 +624,7 @@ impl Governor {
         self.per_session.clear();
         self.full = 0;
         self.clean = 0;
-        self.roomy_n = None;
+        self.roomy.clear();
         let per_session = o.goodput_bytes_per_s / o.n as f64;
         let refill = self.best_bytes_per_s / per_session;
         let refill = if refill.is_finite() && refill > 0.0 { refill.ceil().min(1e6) as usize } else { 0 };
@@ -777,6 +773,14 @@ mod tests {
         }
         // A flow arrives and takes a fifth: the queue is shared now.
         assert_eq!(g.observe(&at(5, 160.0, 760.0)), Some(Some(3)));
+        // The quick backup (stop 29): 4 with room at 916, 8 with room at
+        // 939 (a larger N with room says nothing about 5), then 5 at 956
+        // with 26 ms: ours alone.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(4, 105.4, 916.0)), None);
+        assert_eq!(g.observe(&at(8, 112.4, 939.0)), None);
+        assert_eq!(g.observe(&at(5, 125.7, 961.7)), None);
+        assert_eq!(g.observe(&at(5, 125.7, 956.0)), None);
         // A window-limited flow present from the start: a few sessions of
         // ours had room but carried less than 0.95 of what more take.
         let mut g = Governor::new(one(ShareMode::Fair));
