@@ -665,6 +665,11 @@ mod tests {
         assert_eq!(g.observe(&obs(9, 160.0)), Some(Some(7)), "9 x 125 / 160, confirmed at 9");
     }
 
+    /// `n` sessions at `rtt_ms` moving `mbit` Mbit/s together.
+    fn at(n: usize, rtt_ms: f64, mbit: f64) -> PathObservation {
+        PathObservation { goodput_bytes_per_s: mbit * 1e6 / 8.0, ..obs(n, rtt_ms) }
+    }
+
     fn obs(n: usize, rtt_ms: f64) -> PathObservation {
         // Window-limited sessions on a 100 ms path: each moves 1 MB per
         // RTT, so per-session goodput falls as the RTT grows.
@@ -732,10 +737,6 @@ mod tests {
         // Alone at 100 ms (2026-11-27): 5 sessions moved 956 Mbit/s with a
         // 57 ms queue; 5 x 125 / 157 cut to 3, which moved 710 on an empty
         // queue (their windows did not stay): raised to 4 at once.
-        let at = |n: usize, rtt_ms: f64, mbit: f64| PathObservation {
-            goodput_bytes_per_s: mbit * 1e6 / 8.0,
-            ..obs(n, rtt_ms)
-        };
         // (Here 4 sessions carry 905 with room, 0.947 of the best: the
         // path is not known to be ours alone; see the test below.)
         let mut g = Governor::new(one(ShareMode::Fair));
@@ -762,10 +763,6 @@ mod tests {
     fn alone_on_the_path_fair_leaves_its_own_queue_and_cuts_once_someone_takes_share() {
         // The quick path: 4 sessions carry 915 with room, 5 the 956 with a
         // queue of 25-57 ms. Nobody else is there: no cut.
-        let at = |n: usize, rtt_ms: f64, mbit: f64| PathObservation {
-            goodput_bytes_per_s: mbit * 1e6 / 8.0,
-            ..obs(n, rtt_ms)
-        };
         let mut g = Governor::new(one(ShareMode::Fair));
         assert_eq!(g.observe(&at(4, 100.5, 915.0)), None);
         for rtt in [126.0, 131.0, 157.0, 140.0] {
