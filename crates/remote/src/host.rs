@@ -39,7 +39,7 @@ const WRITE: Duration = Duration::from_secs(2);
 /// Pause between attempts to reach or become the coordinator.
 const RETRY: Duration = Duration::from_millis(200);
 
-const ALONE: Grant = Grant { ceiling: None, copies: 1 };
+const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None };
 
 /// The directory of the host's coordinator: `$XDG_RUNTIME_DIR/wanblk`,
 /// else `/run/wanblk` where it can be created, else
@@ -124,6 +124,9 @@ async fn run(
     let sock = dir.join("coord.sock");
     let mut server: Option<AbortOnDrop> = None;
     let mut warned = false;
+    // The path's budget as last heard: told to the next coordinator when
+    // this one ends, so that it does not start from nothing.
+    let mut budget: Option<usize> = None;
     loop {
         if server.is_none() {
             match lead(&dir, &sock) {
@@ -140,10 +143,11 @@ async fn run(
             }
         }
         if let Ok(Ok(s)) = timeout(WRITE, UnixStream::connect(&sock)).await {
-            match client(s, &key, reports.clone(), &grants, &peak).await {
+            match client(s, &key, budget, reports.clone(), &grants, &peak).await {
                 Ok(()) => {}
                 Err(e) => tracing::debug!("host coordinator: {e}"),
             }
+            budget = grants.borrow().budget.or(budget);
             if grants.send_replace(ALONE).copies > 1 {
                 tracing::info!("host coordinator gone: going on alone");
             }
@@ -211,8 +215,8 @@ async fn member(s: UnixStream, budget: Arc<Mutex<HostBudget>>) {
             let grant = {
                 let mut b = budget.lock().unwrap_or_else(|p| p.into_inner());
                 match (m, id) {
-                    (Ok(Message::Hello { version: VERSION, key }), None) => {
-                        id = Some(b.join(&key));
+                    (Ok(Message::Hello { version: VERSION, key, budget }), None) => {
+                        id = Some(b.join(&key, budget));
                         continue;
                     }
                     (Ok(Message::Report { n, goodput, settled }), Some(i)) => {
@@ -224,7 +228,8 @@ async fn member(s: UnixStream, budget: Arc<Mutex<HostBudget>>) {
                     }
                 }
             };
-            let line = Message::Grant { ceiling: grant.ceiling, copies: grant.copies }.encode();
+            let line = Message::Grant { ceiling: grant.ceiling, copies: grant.copies, budget: grant.budget }
+                .encode();
             if !matches!(timeout(WRITE, wr.write_all(&line)).await, Ok(Ok(()))) {
                 break 'conn;
             }
@@ -243,16 +248,18 @@ async fn send(wr: &mut tokio::net::unix::OwnedWriteHalf, m: Message) -> io::Resu
     }
 }
 
-/// A copy's side: hello, then its reports; grants come back.
+/// A copy's side: hello (with the `budget` last heard), then its
+/// reports; grants come back.
 async fn client(
     s: UnixStream,
     key: &str,
+    budget: Option<usize>,
     mut reports: watch::Receiver<Option<(usize, u64, bool)>>,
     grants: &watch::Sender<Grant>,
     peak: &AtomicUsize,
 ) -> io::Result<()> {
     let (mut rd, mut wr) = s.into_split();
-    send(&mut wr, Message::hello(key)).await?;
+    send(&mut wr, Message::hello(key, budget)).await?;
     let mut dec = Decoder::new();
     let mut buf = [0u8; 1024];
     let mut tick = tokio::time::interval(HEARTBEAT);
@@ -276,10 +283,10 @@ async fn client(
                 dec.feed(&buf[..n]);
                 while let Some(m) = dec.next() {
                     match m {
-                        Ok(Message::Grant { ceiling, copies }) => {
+                        Ok(Message::Grant { ceiling, copies, budget }) => {
                             heard = Instant::now();
                             let copies = copies.max(1);
-                            let before = grants.send_replace(Grant { ceiling, copies });
+                            let before = grants.send_replace(Grant { ceiling, copies, budget });
                             peak.fetch_max(copies, Ordering::Relaxed);
                             if before.copies != copies {
                                 tracing::info!(copies, ?ceiling, "host coordinator: copies on this path");
@@ -325,13 +332,15 @@ mod tests {
 
     /// Two links in one process: the first serves, both see two copies,
     /// and the budget the first set alone is split; when the first stops,
-    /// the second takes over and is alone again.
+    /// the second takes over, is alone again, and splits the same budget
+    /// with a third.
     #[tokio::test]
     async fn links_share_a_budget_and_survive_the_coordinator() {
         let dir = tempfile_dir();
         let a = HostLink::start(dir.clone(), "h:1".into());
         a.report(8, 1000, true);
-        until("the first copy alone", || a.grant() == ALONE && dir.join("coord.sock").exists()).await;
+        let alone = |g: Grant| g.copies == 1 && g.ceiling.is_none();
+        until("the first copy alone", || alone(a.grant()) && dir.join("coord.sock").exists()).await;
         // Let the coordinator take the first copy's report before the second joins.
         tokio::time::sleep(HEARTBEAT * 2).await;
         let b = HostLink::start(dir.clone(), "h:1".into());
@@ -341,12 +350,17 @@ mod tests {
         until("the split", || a.grant().ceiling == Some(4) && b.grant().ceiling == Some(4)).await;
         assert_eq!((a.peak_copies(), b.peak_copies()), (2, 2));
         drop(a);
-        until("the second alone", || b.grant() == ALONE).await;
+        until("the second alone", || alone(b.grant())).await;
         // It serves now: a third copy finds it.
         let c = HostLink::start(dir.clone(), "h:1".into());
         c.report(2, 1, false);
         b.report(4, 1, false);
         until("two copies again", || c.grant().copies == 2).await;
+        // The budget of 8 the first copy set carried over to the new
+        // coordinator: split at once, with no leader tuning again.
+        until("the budget carried over", || b.grant().ceiling == Some(4) && c.grant().ceiling == Some(4))
+            .await;
+        assert_eq!(c.grant().budget, Some(8));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

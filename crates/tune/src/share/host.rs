@@ -21,13 +21,23 @@
 //!   is split.
 //! - When the last copy on a path leaves, its budget is forgotten (the
 //!   next copy tunes again).
+//! - Every grant carries the path's budget, and a copy tells it to the
+//!   next coordinator in its `hello`: when the copy serving the
+//!   coordinator ends, the one that takes over starts from that budget
+//!   (without it, a new leader tuned again while the others were held at
+//!   one session each: four copies on the share path ended at 0.83 of the
+//!   link).
 //!
 //! The wire protocol ([`Message`], [`Decoder`]) is one line of ASCII per
 //! message, at most [`MAX_LINE`] bytes:
-//! - copy to coordinator: `hello 1 KEY` (protocol version 1, the path key)
-//!   then `report N GOODPUT SETTLED` after every interval (active
-//!   sessions, bytes per second, 1 if the tuner has converged);
-//! - coordinator to copy: `grant CEILING COPIES` (`-`: no ceiling).
+//! - copy to coordinator: `hello 1 KEY [BUDGET]` (protocol version 1, the
+//!   path key, the budget last heard if any) then `report N GOODPUT
+//!   SETTLED` after every interval (active sessions, bytes per second, 1
+//!   if the tuner has converged);
+//! - coordinator to copy: `grant CEILING COPIES [BUDGET]` (`-`: no
+//!   ceiling; the budget once there is one).
+//!
+//! The optional last fields keep lines of builds without them valid.
 //!
 //! Sans-I/O: bytes in, messages out; the decoder never panics on what a
 //! peer sends and bounds every line.
@@ -53,6 +63,10 @@ pub enum Message {
         version: u32,
         /// The path key: printable ASCII without spaces.
         key: String,
+        /// The path's budget as this copy last heard it from a
+        /// coordinator (`None`: never), so that a coordinator taking over
+        /// from one that ended does not start from nothing.
+        budget: Option<usize>,
     },
     /// A copy's state after an interval.
     Report {
@@ -70,6 +84,8 @@ pub enum Message {
         ceiling: Option<usize>,
         /// Copies on this path, this one included.
         copies: usize,
+        /// The path's budget (`None`: none yet).
+        budget: Option<usize>,
     },
 }
 
@@ -95,15 +111,16 @@ fn valid_key(key: &str) -> bool {
 }
 
 impl Message {
-    /// A `Hello` for `key`, its spaces and control characters replaced
-    /// and cut to [`MAX_KEY`] bytes so it always encodes.
-    pub fn hello(key: &str) -> Message {
+    /// A `Hello` for `key` with the `budget` last heard, the key's spaces
+    /// and control characters replaced and cut to [`MAX_KEY`] bytes so it
+    /// always encodes.
+    pub fn hello(key: &str, budget: Option<usize>) -> Message {
         let mut k: String =
             key.chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).take(MAX_KEY).collect();
         if k.is_empty() {
             k.push('_');
         }
-        Message::Hello { version: VERSION, key: k }
+        Message::Hello { version: VERSION, key: k, budget }
     }
 
     /// The message as one line, newline included.
@@ -121,13 +138,17 @@ impl Message {
         };
         let small = |s: &str| num(s).and_then(|v| usize::try_from(v).ok()).filter(|v| *v <= 1 << 20);
         match (name, fields.as_slice()) {
-            ("hello", [v, key]) => {
+            ("hello", [v, key, rest @ ..]) if rest.len() <= 1 => {
                 let version =
                     num(v).and_then(|v| u32::try_from(v).ok()).ok_or(DecodeError::Malformed("hello"))?;
                 if !valid_key(key) {
                     return Err(DecodeError::Malformed("hello"));
                 }
-                Ok(Message::Hello { version, key: (*key).to_string() })
+                let budget = match rest {
+                    [b] => Some(small(b).ok_or(DecodeError::Malformed("hello"))?),
+                    _ => None,
+                };
+                Ok(Message::Hello { version, key: (*key).to_string(), budget })
             }
             ("report", [n, g, s]) => {
                 let settled = match *s {
@@ -140,13 +161,17 @@ impl Message {
                     _ => Err(DecodeError::Malformed("report")),
                 }
             }
-            ("grant", [c, k]) => {
+            ("grant", [c, k, rest @ ..]) if rest.len() <= 1 => {
                 let ceiling = match *c {
                     "-" => None,
                     c => Some(small(c).ok_or(DecodeError::Malformed("grant"))?),
                 };
                 let copies = small(k).ok_or(DecodeError::Malformed("grant"))?;
-                Ok(Message::Grant { ceiling, copies })
+                let budget = match rest {
+                    [b] => Some(small(b).ok_or(DecodeError::Malformed("grant"))?),
+                    _ => None,
+                };
+                Ok(Message::Grant { ceiling, copies, budget })
             }
             ("hello" | "report" | "grant", _) => Err(DecodeError::Malformed(match name {
                 "hello" => "hello",
@@ -161,12 +186,20 @@ impl Message {
 impl fmt::Display for Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Message::Hello { version, key } => write!(f, "hello {version} {key}"),
+            Message::Hello { version, key, budget } => {
+                write!(f, "hello {version} {key}")?;
+                budget.map_or(Ok(()), |b| write!(f, " {b}"))
+            }
             Message::Report { n, goodput, settled } => {
                 write!(f, "report {n} {goodput} {}", u8::from(*settled))
             }
-            Message::Grant { ceiling: Some(c), copies } => write!(f, "grant {c} {copies}"),
-            Message::Grant { ceiling: None, copies } => write!(f, "grant - {copies}"),
+            Message::Grant { ceiling, copies, budget } => {
+                match ceiling {
+                    Some(c) => write!(f, "grant {c} {copies}")?,
+                    None => write!(f, "grant - {copies}")?,
+                }
+                budget.map_or(Ok(()), |b| write!(f, " {b}"))
+            }
         }
     }
 }
@@ -232,6 +265,8 @@ pub struct Grant {
     pub ceiling: Option<usize>,
     /// Copies on the path, this one included.
     pub copies: usize,
+    /// The path's budget (`None`: none yet).
+    pub budget: Option<usize>,
 }
 
 /// The coordinator's state: the copies of one host and the budget of each
@@ -249,11 +284,18 @@ impl HostBudget {
         HostBudget::default()
     }
 
-    /// Registers a copy on path `key`.
-    pub fn join(&mut self, key: &str) -> MemberId {
+    /// Registers a copy on path `key`, with the `budget` it last heard
+    /// from a coordinator: taken when this one has none for the path (it
+    /// took over from one that ended).
+    pub fn join(&mut self, key: &str, budget: Option<usize>) -> MemberId {
         self.next += 1;
         let id = MemberId(self.next);
         self.members.insert(id, Member { key: key.to_string(), n: 0, goodput: 0 });
+        if let Some(b) = budget.filter(|b| *b > 0)
+            && !self.budgets.contains_key(key)
+        {
+            self.budgets.insert(key.to_string(), b);
+        }
         id
     }
 
@@ -274,7 +316,9 @@ impl HostBudget {
 
     /// Takes a copy's report; returns its grant (unknown ids get none).
     pub fn report(&mut self, id: MemberId, n: usize, goodput: u64, settled: bool) -> Grant {
-        let Some(m) = self.members.get_mut(&id) else { return Grant { ceiling: None, copies: 1 } };
+        let Some(m) = self.members.get_mut(&id) else {
+            return Grant { ceiling: None, copies: 1, budget: None };
+        };
         m.n = n;
         m.goodput = goodput;
         let key = m.key.clone();
@@ -297,7 +341,7 @@ impl HostBudget {
 
     /// The grant of copy `id` now.
     pub fn grant(&self, id: MemberId) -> Grant {
-        let Some(m) = self.members.get(&id) else { return Grant { ceiling: None, copies: 1 } };
+        let Some(m) = self.members.get(&id) else { return Grant { ceiling: None, copies: 1, budget: None } };
         let peers = self.peers(&m.key);
         let k = peers.len().max(1);
         let i = peers.iter().position(|p| *p == id).unwrap_or(0);
@@ -310,7 +354,7 @@ impl HostBudget {
                 None => Some(1),
             }
         };
-        Grant { ceiling, copies: k }
+        Grant { ceiling, copies: k, budget: self.budgets.get(&m.key).copied() }
     }
 
     /// The copies on every path now, with their last N and goodput (for
@@ -334,14 +378,26 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         for m in [
-            Message::hello("nbd 10.0.0.2:10809"),
+            Message::hello("nbd 10.0.0.2:10809", None),
+            Message::hello("h:1", Some(9)),
             Message::Report { n: 9, goodput: 123_456_789, settled: true },
-            Message::Grant { ceiling: Some(4), copies: 2 },
-            Message::Grant { ceiling: None, copies: 1 },
+            Message::Grant { ceiling: Some(4), copies: 2, budget: Some(9) },
+            Message::Grant { ceiling: None, copies: 1, budget: None },
         ] {
             assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())], "{m}");
         }
-        assert_eq!(Message::hello("a b"), Message::Hello { version: 1, key: "a_b".into() });
+        assert_eq!(
+            Message::hello("a b", None),
+            Message::Hello { version: 1, key: "a_b".into(), budget: None }
+        );
+        // Lines of a build before the budget field still read.
+        assert_eq!(
+            decode_all(b"grant 3 2\nhello 1 h:1\n"),
+            vec![
+                Ok(Message::Grant { ceiling: Some(3), copies: 2, budget: None }),
+                Ok(Message::Hello { version: 1, key: "h:1".into(), budget: None })
+            ]
+        );
     }
 
     #[test]
@@ -350,6 +406,9 @@ mod tests {
         assert_eq!(decode_all(b"report 1 2\n"), vec![Err(DecodeError::Malformed("report"))]);
         assert_eq!(decode_all(b"report 1 2 7\n"), vec![Err(DecodeError::Malformed("report"))]);
         assert_eq!(decode_all(b"grant -1 2\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(decode_all(b"grant 1 2 x\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(decode_all(b"grant 1 2 3 4\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(decode_all(b"hello 1 k -\n"), vec![Err(DecodeError::Malformed("hello"))]);
         assert_eq!(
             decode_all(b"report 99999999999999999999999 2 1\n"),
             vec![Err(DecodeError::Malformed("report"))]
@@ -362,22 +421,30 @@ mod tests {
     #[test]
     fn alone_a_copy_tunes_and_sets_the_budget() {
         let mut h = HostBudget::new();
-        let a = h.join("p");
-        assert_eq!(h.report(a, 4, 0, false), Grant { ceiling: None, copies: 1 });
-        assert_eq!(h.report(a, 9, 0, true), Grant { ceiling: None, copies: 1 });
-        let b = h.join("p");
-        assert_eq!(h.grant(a), Grant { ceiling: Some(5), copies: 2 });
-        assert_eq!(h.report(b, 4, 0, false), Grant { ceiling: Some(4), copies: 2 });
+        let a = h.join("p", None);
+        assert_eq!(h.report(a, 4, 0, false), Grant { ceiling: None, copies: 1, budget: None });
+        assert_eq!(h.report(a, 9, 0, true), Grant { ceiling: None, copies: 1, budget: Some(9) });
+        let b = h.join("p", None);
+        assert_eq!(h.grant(a), Grant { ceiling: Some(5), copies: 2, budget: Some(9) });
+        assert_eq!(h.report(b, 4, 0, false), Grant { ceiling: Some(4), copies: 2, budget: Some(9) });
         // Held at their ceilings the copies do not move the budget.
-        assert_eq!(h.report(a, 5, 0, true), Grant { ceiling: Some(5), copies: 2 });
-        assert_eq!(h.report(b, 4, 0, true), Grant { ceiling: Some(4), copies: 2 });
-        let other = h.join("q");
-        assert_eq!(h.grant(other), Grant { ceiling: None, copies: 1 }, "another path is not shared");
+        assert_eq!(h.report(a, 5, 0, true), Grant { ceiling: Some(5), copies: 2, budget: Some(9) });
+        assert_eq!(h.report(b, 4, 0, true), Grant { ceiling: Some(4), copies: 2, budget: Some(9) });
+        let other = h.join("q", None);
+        assert_eq!(
+            h.grant(other),
+            Grant { ceiling: None, copies: 1, budget: None },
+            "another path is not shared"
+        );
         h.leave(a);
-        assert_eq!(h.grant(b), Grant { ceiling: None, copies: 1 }, "alone again: tunes again");
+        assert_eq!(
+            h.grant(b),
+            Grant { ceiling: None, copies: 1, budget: Some(9) },
+            "alone again: tunes again"
+        );
         h.leave(b);
-        let c = h.join("p");
-        let d = h.join("p");
+        let c = h.join("p", None);
+        let d = h.join("p", None);
         assert_eq!(
             (h.grant(c).ceiling, h.grant(d).ceiling),
             (None, Some(1)),
@@ -386,9 +453,28 @@ mod tests {
     }
 
     #[test]
+    fn a_coordinator_that_takes_over_starts_from_the_budget_the_copies_heard() {
+        // The copy that served the coordinator ended; the three others
+        // reconnect to the next one with the budget of 10 they last heard.
+        let mut h = HostBudget::new();
+        let ids: Vec<MemberId> = (0..3).map(|_| h.join("p", Some(10))).collect();
+        let ceilings: Vec<Option<usize>> = ids.iter().map(|id| h.grant(*id).ceiling).collect();
+        assert_eq!(ceilings, vec![Some(4), Some(3), Some(3)], "split at once, no new leader");
+        assert_eq!(h.grant(ids[0]).budget, Some(10));
+        // The coordinator's own budget stands against a copy's memory.
+        let late = h.join("p", Some(40));
+        assert_eq!(h.grant(late).budget, Some(10));
+        // Without one (a build before the field, or a first start): a
+        // leader tunes, as before.
+        let mut h = HostBudget::new();
+        let ids: Vec<MemberId> = (0..2).map(|_| h.join("p", None)).collect();
+        assert_eq!((h.grant(ids[0]).ceiling, h.grant(ids[1]).ceiling), (None, Some(1)));
+    }
+
+    #[test]
     fn copies_started_together_follow_the_leader() {
         let mut h = HostBudget::new();
-        let ids: Vec<MemberId> = (0..4).map(|_| h.join("p")).collect();
+        let ids: Vec<MemberId> = (0..4).map(|_| h.join("p", None)).collect();
         assert_eq!(h.report(ids[0], 4, 0, false).ceiling, None);
         for &id in &ids[1..] {
             assert_eq!(h.report(id, 4, 0, false).ceiling, Some(1));
@@ -428,8 +514,8 @@ mod tests {
         }
 
         #[test]
-        fn reports_round_trip(n in 0usize..(1 << 20), goodput: u64, settled: bool, c in proptest::option::of(0usize..1000), k in 0usize..1000) {
-            for m in [Message::Report { n, goodput, settled }, Message::Grant { ceiling: c, copies: k }] {
+        fn reports_round_trip(n in 0usize..(1 << 20), goodput: u64, settled: bool, c in proptest::option::of(0usize..1000), k in 0usize..1000, b in proptest::option::of(0usize..1000)) {
+            for m in [Message::Report { n, goodput, settled }, Message::Grant { ceiling: c, copies: k, budget: b }, Message::hello("h:1", b)] {
                 prop_assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())]);
             }
         }
@@ -437,9 +523,9 @@ mod tests {
         #[test]
         fn the_split_stays_near_one_budget(budget in 1usize..64, k in 2usize..9) {
             let mut h = HostBudget::new();
-            let first = h.join("p");
+            let first = h.join("p", None);
             h.report(first, budget, 0, true);
-            let ids: Vec<MemberId> = std::iter::once(first).chain((1..k).map(|_| h.join("p"))).collect();
+            let ids: Vec<MemberId> = std::iter::once(first).chain((1..k).map(|_| h.join("p", None))).collect();
             let total: usize = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).sum();
             prop_assert_eq!(total, budget.max(k));
         }
