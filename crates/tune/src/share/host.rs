@@ -9,7 +9,8 @@
 //!
 //! The rule ([`HostBudget`]):
 //! - The budget of a path is the N one copy tuned to while it was the
-//!   only copy on that path (the tuner had converged).
+//!   only copy on that path (the tuner had converged); alone, a copy only
+//!   raises a budget the path already has.
 //! - Alone, a copy gets no ceiling (it tunes, and sets the budget).
 //! - With k copies and a known budget B, the copies (in the order they
 //!   joined) get ceilings B/k, the first B mod k of them one more, at
@@ -334,7 +335,17 @@ impl HostBudget {
             // budget of 2 left the three at one session each, 0.7 of the
             // link, once the leader was done).
             let total: usize = peers.iter().filter_map(|p| self.members.get(p)).map(|m| m.n).sum();
-            self.budgets.insert(key, total.max(n));
+            let total = total.max(n);
+            // Alone, a copy only raises the budget: the first copy back
+            // at a coordinator that took over is alone for a moment, and
+            // its tuner converged under the ceiling it had beside the
+            // others (one session; the budget of 10 it brought was cut to
+            // 1 and the three copies left held one session each).
+            let total = match self.budgets.get(&key) {
+                Some(&b) if peers.len() == 1 => b.max(total),
+                _ => total,
+            };
+            self.budgets.insert(key, total);
         }
         self.grant(id)
     }
@@ -464,6 +475,15 @@ mod tests {
         // The coordinator's own budget stands against a copy's memory.
         let late = h.join("p", Some(40));
         assert_eq!(h.grant(late).budget, Some(10));
+        // The first copy back is alone for a moment, converged at the one
+        // session it was held to: the budget it brought stands.
+        let mut h = HostBudget::new();
+        let first = h.join("p", Some(10));
+        assert_eq!(h.report(first, 1, 0, true), Grant { ceiling: None, copies: 1, budget: Some(10) });
+        let others: Vec<MemberId> = (0..2).map(|_| h.join("p", Some(10))).collect();
+        let ceilings: Vec<Option<usize>> =
+            std::iter::once(first).chain(others).map(|id| h.grant(id).ceiling).collect();
+        assert_eq!(ceilings, vec![Some(4), Some(3), Some(3)]);
         // Without one (a build before the field, or a first start): a
         // leader tunes, as before.
         let mut h = HostBudget::new();
