@@ -665,16 +665,20 @@ impl Tuner {
     /// `g` beats `reference` by more than the tolerance (with tolerance 0:
     /// strictly greater, as in the paper).
     fn better(&self, g: f64, reference: f64) -> bool {
-        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
-        g > reference * (1.0 + self.cfg.tolerance + noise)
+        g > reference * (1.0 + self.cfg.tolerance + self.noise())
+    }
+
+    /// The measured noise a comparison must clear on a coarse path (0
+    /// elsewhere).
+    fn noise(&self) -> f64 {
+        if self.signals.coarse { self.noise_margin } else { 0.0 }
     }
 
     /// `g` beats `reference` by a third of the tolerance or more (and, on
     /// a coarse path, by the measured noise too): within the tolerance,
     /// but more than a tie at the plateau reads.
     fn gained_a_little(&self, g: f64, reference: f64) -> bool {
-        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
-        g > reference * (1.0 + self.cfg.tolerance / 3.0 + noise)
+        g > reference * (1.0 + self.cfg.tolerance / 3.0 + self.noise())
     }
 
     /// `g`, measured at N divided by alpha, is at least as good as
@@ -936,6 +940,7 @@ impl Tuner {
         let room = self.signals.standing_queue == Some(false)
             && self.current < self.cfg.n_max
             && g < self.peak * (1.0 - rt.threshold);
+        let noise = self.noise();
         let State::Converged(h) = &mut self.state else { return };
         if room {
             h.room += 1;
@@ -953,7 +958,6 @@ impl Tuner {
         // (the quick restore: 4 sessions read 949 just after slow start
         // beside 16's 956, then held 909-930 with no queue while 5 move the
         // 956). The knee search goes on above it.
-        let noise = if self.signals.coarse { self.noise_margin } else { 0.0 };
         let short = self.signals.standing_queue == Some(false)
             && self.current < self.cfg.n_max
             && g < h.plateau * (1.0 - self.cfg.tolerance - noise);
@@ -971,15 +975,7 @@ impl Tuner {
                 self.report.final_n = None;
                 // The knee's bound from what this N carries now.
                 let next = self.knee(n, Some(g), hi, 0);
-                self.record_step(StepRecord {
-                    interval: self.intervals,
-                    phase: Phase::Converged,
-                    n,
-                    goodput_bytes_per_s: g,
-                    next_n: next,
-                    bracket: None,
-                });
-                self.move_to(next);
+                self.leave_hold(n, g, next);
                 return;
             }
         }
@@ -1028,11 +1024,17 @@ impl Tuner {
             // n_min == n_max: nothing to search; hold again at the new level.
             self.golden(Bracket { l: n, m: n, r: n }, here)
         };
+        self.leave_hold(n, level, next);
+    }
+
+    /// Records that the hold at `n` (goodput `g`) ended with a search whose
+    /// next N is `next`, and moves there.
+    fn leave_hold(&mut self, n: usize, g: f64, next: usize) {
         self.record_step(StepRecord {
             interval: self.intervals,
             phase: Phase::Converged,
             n,
-            goodput_bytes_per_s: level,
+            goodput_bytes_per_s: g,
             next_n: next,
             bracket: None,
         });

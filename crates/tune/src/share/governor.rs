@@ -375,15 +375,7 @@ impl Governor {
     /// forgotten, and the tuner searches above its N again. Returns the
     /// new ceiling (`None`) if there was one.
     pub fn other_copy_left(&mut self, t_s: f64) -> Option<Option<usize>> {
-        self.per_session.clear();
-        self.roomy.clear();
-        self.best_bytes_per_s = 0.0;
-        self.full = 0;
-        self.clean = 0;
-        self.cut = None;
-        self.cut_goodput = None;
-        self.raised_from = None;
-        self.release_backoff = 1;
+        self.forget_path_history();
         self.ceiling.take()?;
         self.changes.push(CeilingChange {
             t_s,
@@ -556,6 +548,22 @@ impl Governor {
         Some(new)
     }
 
+    /// Forgets what was measured on the path as it was (after a re-base,
+    /// or when another copy left it): the per-session and no-queue
+    /// goodputs, the best goodput, the counts towards a cut or a raise, the
+    /// pending cut and raise, and the raise backoff.
+    fn forget_path_history(&mut self) {
+        self.per_session.clear();
+        self.roomy.clear();
+        self.best_bytes_per_s = 0.0;
+        self.full = 0;
+        self.clean = 0;
+        self.cut = None;
+        self.cut_goodput = None;
+        self.raised_from = None;
+        self.release_backoff = 1;
+    }
+
     /// After a re-base the base follows the sessions' median smoothed RTT,
     /// which one interval can read low (sessions just opened, a warm-up):
     /// it falls only when two settled intervals in a row read below it,
@@ -618,18 +626,11 @@ impl Governor {
         self.base_s = Some(o.rtt_s);
         self.rebased = true;
         self.low = None;
-        self.raised_from = None;
-        self.cut_goodput = None;
-        self.release_backoff = 1;
-        self.per_session.clear();
-        self.full = 0;
-        self.clean = 0;
-        self.roomy.clear();
         let per_session = o.goodput_bytes_per_s / o.n as f64;
         let refill = self.best_bytes_per_s / per_session;
         let refill = if refill.is_finite() && refill > 0.0 { refill.ceil().min(1e6) as usize } else { 0 };
         self.restart = Some(refill.max(cut.n));
-        self.best_bytes_per_s = 0.0;
+        self.forget_path_history();
         let lifted = self.ceiling.take().map(|_| None);
         self.changes.push(CeilingChange {
             t_s: o.t_s,
