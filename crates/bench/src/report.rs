@@ -103,6 +103,7 @@ pub(crate) mod tests {
             demand_limited: false,
             ending: false,
             standing_queue: None,
+            settled_mbps: None,
             request_bytes: 1 << 20,
             depth: 4,
         }

@@ -243,6 +243,7 @@ mod tests {
             demand_limited: false,
             ending: false,
             standing_queue: Some(true),
+            settled_mbps: Some(780.0),
             request_bytes: 1 << 20,
             depth: 8,
         }

@@ -478,6 +478,13 @@ impl Tuner {
         self.warmup_pending
     }
 
+    /// The controller measured the warm-up the tuner was waiting for (it
+    /// settled, see [`IntervalSample::settled_mbps`](crate::IntervalSample)):
+    /// the next sample is a measurement. True if a warm-up was pending.
+    pub fn take_warmup_as_settled(&mut self) -> bool {
+        std::mem::take(&mut self.warmup_pending)
+    }
+
     /// A snapshot of everything done so far.
     pub fn report(&self) -> TuningReport {
         let mut r = self.report.clone();

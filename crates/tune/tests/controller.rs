@@ -78,7 +78,7 @@ fn show(name: &str, samples: &[IntervalSample]) {
     println!("{name}");
     for s in samples {
         println!(
-            "  t {:6.2} n {:2} {:7.1} Mbit/s ({:7.1} completed) dt {:.2} drain {:.2} req {:7} depth {} {}",
+            "  t {:6.2} n {:2} {:7.1} Mbit/s ({:7.1} completed) dt {:.2} drain {:.2} req {:7} depth {} {}{}",
             s.t_s,
             s.n,
             s.goodput_mbps,
@@ -87,7 +87,8 @@ fn show(name: &str, samples: &[IntervalSample]) {
             s.drain_wait_s,
             s.request_bytes,
             s.depth,
-            if s.discarded { "discarded" } else { "" }
+            if s.discarded { "discarded" } else { "" },
+            s.settled_mbps.map_or(String::new(), |m| format!("settled at {m:.1}"))
         );
     }
 }
@@ -101,7 +102,7 @@ fn mbps(bytes_per_s: f64) -> f64 {
 fn inflated(samples: &[IntervalSample], sim: &SessionSim) -> Vec<IntervalSample> {
     samples
         .iter()
-        .filter(|s| !s.discarded && s.goodput_mbps > 1.02 * mbps(sim.steady_goodput(s.n)))
+        .filter(|s| !s.discarded && s.tuner_mbps() > 1.02 * mbps(sim.steady_goodput(s.n)))
         .copied()
         .collect()
 }
@@ -175,7 +176,7 @@ fn the_warm_up_after_an_increase_covers_slow_start() {
         assert!(!firsts.is_empty(), "N never increased");
         for s in &firsts {
             let steady = mbps(sim.steady_goodput(s.n));
-            assert!(s.goodput_mbps >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
+            assert!(s.tuner_mbps() >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
         }
     }
     // So does the automatic interval's slow-start rule alone.
@@ -185,7 +186,7 @@ fn the_warm_up_after_an_increase_covers_slow_start() {
     assert!(!firsts.is_empty(), "N never increased");
     for s in &firsts {
         let steady = mbps(sim.steady_goodput(s.n));
-        assert!(s.goodput_mbps >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
+        assert!(s.tuner_mbps() >= 0.97 * steady, "still in slow start: {s:?} (steady {steady:.1})");
     }
 
     // A fixed 250 ms interval without settling: one discarded interval
@@ -194,7 +195,7 @@ fn the_warm_up_after_an_increase_covers_slow_start() {
     show("fixed 250 ms", c.samples());
     let low = after_increases(c.samples())
         .iter()
-        .filter(|s| s.goodput_mbps < 0.97 * mbps(sim.steady_goodput(s.n)))
+        .filter(|s| s.tuner_mbps() < 0.97 * mbps(sim.steady_goodput(s.n)))
         .count();
     assert!(low > 0, "the check above cannot fail");
 }
@@ -278,7 +279,7 @@ fn without_tcp_counters_an_interval_spans_several_requests() {
             .filter(|s| !s.discarded)
             .filter(|s| {
                 let steady = mbps(sim.steady_goodput(s.n));
-                s.goodput_mbps < 0.75 * steady || s.goodput_mbps > 1.25 * steady
+                s.tuner_mbps() < 0.75 * steady || s.tuner_mbps() > 1.25 * steady
             })
             .count()
     };
@@ -360,7 +361,7 @@ fn the_rate_cap_is_the_ceiling_of_the_search() {
     };
     let c = run(Some(100e6 / 8.0));
     show("rate cap known", c.samples());
-    assert!(c.samples().iter().any(|s| !s.discarded && s.goodput_mbps >= 90.0), "the cap was reached");
+    assert!(c.samples().iter().any(|s| !s.discarded && s.tuner_mbps() >= 90.0), "the cap was reached");
     let most = c.samples().iter().map(|s| s.n).max().unwrap();
     assert!(most <= 4, "the search added sessions above the cap: N = {most}");
     let n = c.tuner().unwrap().current();
@@ -401,7 +402,7 @@ fn new_sessions_connect_before_they_are_measured() {
     let low = |c: &Controller, sim: &SessionSim| {
         after_increases(c.samples())
             .iter()
-            .filter(|s| s.goodput_mbps < 0.97 * mbps(sim.steady_goodput(s.n)))
+            .filter(|s| s.tuner_mbps() < 0.97 * mbps(sim.steady_goodput(s.n)))
             .count()
     };
     // Spares: opened while the smaller N is measured, so no increase waits.
@@ -457,7 +458,7 @@ fn sessions_under_loss_are_scored_after_their_first_losses() {
         (c, sim)
     };
     let high = |c: &Controller, sim: &SessionSim| {
-        used(c.samples()).filter(|s| s.goodput_mbps > 1.15 * mbps(sim.steady_goodput(s.n))).count()
+        used(c.samples()).filter(|s| s.tuner_mbps() > 1.15 * mbps(sim.steady_goodput(s.n))).count()
     };
     let (c, sim) = run(wanblk_tune::SETTLE_MAX);
     show("settling", c.samples());
@@ -614,4 +615,34 @@ fn n_is_held_once_the_job_is_about_to_end() {
     assert!(c.samples().iter().all(|s| !s.ending));
     let later: Vec<usize> = c.samples().iter().filter(|s| s.t_s > t_end).map(|s| s.n).collect();
     assert!(later.windows(2).any(|w| w[0] != w[1]), "N moves after {t_end} s: {later:?}");
+}
+
+/// 1 Gbit/s, 100 ms RTT, 512 KiB windows (about 40 Mbit/s a session; 24
+/// fill the path): on the ramp a warm-up settles with room and without a
+/// retransmission, and the level it settled at is the point's measurement
+/// (no interval is spent on it after the warm-up). Where a queue stands,
+/// the point is measured as before.
+#[test]
+fn a_warmup_that_settles_on_the_ramp_is_the_measurement() {
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 524_288.0) };
+    let mut sim = SessionSim::new(path, limits(), Instant::now());
+    let mut c = start(tuned(), &mut sim);
+    drive(&mut c, &mut sim, 30.0);
+    show("512 KiB windows", c.samples());
+    let settled: Vec<&IntervalSample> = c.samples().iter().filter(|s| s.settled_mbps.is_some()).collect();
+    assert!(settled.len() >= 2, "the ramp's warm-ups were not taken: {settled:?}");
+    for s in &settled {
+        let steady = mbps(sim.steady_goodput(s.n));
+        assert!(!s.discarded && s.standing_queue == Some(false), "{s:?}");
+        assert!((s.tuner_mbps() - steady).abs() <= 0.05 * steady, "{s:?} (steady {steady:.1})");
+    }
+    // Each settled warm-up was the point: the next interval has another N.
+    for w in c.samples().windows(2) {
+        if w[0].settled_mbps.is_some() {
+            assert_ne!(w[0].n, w[1].n, "a settled point was measured again: {:?}", w[1]);
+        }
+    }
+    let (knee, g) = sim.best_fixed(64);
+    let n = c.tuner().unwrap().current();
+    assert!(sim.steady_goodput(n) >= 0.95 * g, "ended at N = {n}, best {knee}");
 }

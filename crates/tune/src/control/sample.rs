@@ -10,9 +10,10 @@ pub struct IntervalSample {
     pub t_s: f64,
     /// Active sessions during the interval.
     pub n: usize,
-    /// Goodput over the interval in Mbit/s (10^6 bits per second): the
-    /// figure the tuner saw (TCP byte counters when every active session
-    /// has them, else completed requests).
+    /// Goodput over the interval in Mbit/s (10^6 bits per second): TCP
+    /// byte counters when every active session has them, else completed
+    /// requests. The tuner saw this figure unless it took
+    /// [`settled_mbps`](Self::settled_mbps) ([`tuner_mbps`](Self::tuner_mbps)).
     pub goodput_mbps: f64,
     /// Goodput from completed requests only, Mbit/s.
     pub completed_mbps: f64,
@@ -71,6 +72,14 @@ pub struct IntervalSample {
     /// interval (a full path), as given to the tuner; `None` when unknown.
     #[serde(deserialize_with = "Option::deserialize")]
     pub standing_queue: Option<bool>,
+    /// A warm-up after an increase (or at the start) that settled on a
+    /// path with room and without a retransmission: the level it settled
+    /// at (Mbit/s, over its last sub-windows), which the tuner took as the
+    /// point's measurement instead of measuring another interval. `None`
+    /// otherwise (the tuner saw [`goodput_mbps`](Self::goodput_mbps), or
+    /// nothing).
+    #[serde(default)]
+    pub settled_mbps: Option<f64>,
     /// Bytes per request on the wire at the end of the interval.
     pub request_bytes: u32,
     /// Requests in flight per session allowed at the end of the interval.
@@ -78,6 +87,13 @@ pub struct IntervalSample {
 }
 
 impl IntervalSample {
+    /// The goodput the tuner took for this interval, Mbit/s: the settled
+    /// level of a warm-up ([`settled_mbps`](Self::settled_mbps)) or the
+    /// interval's goodput.
+    pub fn tuner_mbps(&self) -> f64 {
+        self.settled_mbps.unwrap_or(self.goodput_mbps)
+    }
+
     /// A settled interval: given to the tuner, or held back from it only
     /// because the job was ending (N held, as settled as any).
     pub fn settled(&self) -> bool {
