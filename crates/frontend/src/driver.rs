@@ -292,6 +292,14 @@ impl FrontEnd {
             flushed: tokio::sync::Mutex::new(0),
         });
         shared.handle.spawn(Arc::clone(&shared).flusher());
+        let edges = {
+            let mut st = shared.lock();
+            let now = shared.now();
+            let orders = st.engine.prefetch_edges(now);
+            Shared::add_slots(&mut st, &orders);
+            orders
+        };
+        shared.spawn_fetches(edges);
         FrontEnd { shared, caps }
     }
 

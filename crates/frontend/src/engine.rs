@@ -73,6 +73,9 @@ pub struct Config {
     pub coalesce_delay_us: u64,
     /// Sequential streams tracked at once.
     pub max_streams: usize,
+    /// Bytes read into the cache at each end of the disk when the front end
+    /// starts ([`Engine::prefetch_edges`]; 0: none).
+    pub edge_prefetch: u64,
 }
 
 impl Default for Config {
@@ -87,9 +90,22 @@ impl Default for Config {
             write_request: 8 << 20,
             coalesce_delay_us: 5_000,
             max_streams: 16,
+            edge_prefetch: EDGE_PREFETCH,
         }
     }
 }
+
+/// Default of [`Config::edge_prefetch`]: where the labels of disks live.
+/// Partition tables, the GPT's backup header, and the superblocks and
+/// labels that `blkid`, udev and `mount` look for (file systems, RAID,
+/// LVM, ZFS) lie in the first and last megabyte or two of a disk. A cold
+/// ext4 `mount` of a disk behind a 100 ms path read about 20 of them one
+/// after the other, each a round trip, before it read ext4's own
+/// metadata: 1.7 s of a 3.6 s mount.
+pub const EDGE_PREFETCH: u64 = 2 << 20;
+
+/// Largest request of [`Engine::prefetch_edges`].
+const EDGE_PIECE: u64 = 256 << 10;
 
 /// Identifies a read in flight to the remote.
 pub type FetchId = u64;
@@ -769,6 +785,39 @@ impl Engine {
             plan.fetches.extend(self.top_up_all(now));
         }
         plan
+    }
+
+    /// Reads the first and last [`Config::edge_prefetch`] bytes of the disk
+    /// into the cache (see [`EDGE_PREFETCH`]), as demand reads no client
+    /// waits for yet; a read that arrives meanwhile joins them. Nothing
+    /// when the cache cannot hold both ends.
+    pub fn prefetch_edges(&mut self, now: u64) -> Vec<FetchOrder> {
+        let edge = self.cfg.edge_prefetch.min(self.size);
+        if edge == 0 || self.cfg.cache_size < 2 * edge {
+            return Vec::new();
+        }
+        let tail = self.size - edge;
+        let ranges = if tail <= edge { vec![(0, self.size)] } else { vec![(0, edge), (tail, self.size)] };
+        // In pieces of at most EDGE_PIECE, spread over the sessions: the
+        // first probe waits only for its piece, in slow start on a new
+        // session (a 2 MiB request there takes about 7 round trips).
+        let step = self.cfg.prefetch_request.clamp(1, EDGE_PIECE);
+        let mut pieces = Vec::new();
+        for (start, end) in ranges {
+            for (gs, ge) in self.gaps(start, end) {
+                let mut p = gs;
+                while p < ge {
+                    let q = ge.min(p + step);
+                    pieces.push((p, q));
+                    p = q;
+                }
+            }
+        }
+        // The outermost pieces first (probes start at the very ends), so
+        // they are the first on their sessions.
+        let size = self.size;
+        pieces.sort_by_key(|&(p, q)| p.min(size - q));
+        pieces.into_iter().map(|(p, q)| self.new_fetch(p, q, None, now)).collect()
     }
 
     /// Registers a read of `[start, end)`, which no layer holds.

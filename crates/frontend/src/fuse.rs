@@ -353,9 +353,13 @@ impl Filesystem for DiskFs {
         }
         let len = u64::from(size).min(self.size - offset);
         let (ep, align) = (Arc::clone(&self.ep), self.align);
+        tracing::trace!(offset, len, "read");
         self.rt.spawn(async move {
             match read_aligned(&*ep, align, offset, len).await {
-                Ok(b) => reply.data(&b),
+                Ok(b) => {
+                    tracing::trace!(offset, len, "read done");
+                    reply.data(&b)
+                }
                 Err(e) => {
                     tracing::warn!("read of {len} bytes at {offset}: {e}");
                     reply.error(errno(&e));

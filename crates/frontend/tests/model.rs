@@ -80,6 +80,9 @@ fn cfg(write_through: bool) -> Config {
         write_request: 32 * 1024,
         coalesce_delay_us: 5_000,
         max_streams: 4,
+        // Both ends of the disk are read into the cache at the start, while
+        // the operations already run.
+        edge_prefetch: 16 * 1024,
     }
 }
 

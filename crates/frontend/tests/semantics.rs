@@ -252,7 +252,8 @@ fn the_write_back_buffer_is_bounded() {
 fn random_reads_pass_straight_through_and_re_reads_hit_the_cache() {
     sim(async {
         let remote = Remote::new(64 * MIB, (20_000, 20_000), 9);
-        let fe = front(&remote, small());
+        // Without the reads of the disk's ends at the start (next test).
+        let fe = front(&remote, Config { edge_prefetch: 0, ..small() });
         let mut x = 99u64;
         let mut offsets = Vec::new();
         for _ in 0..200 {
@@ -337,5 +338,37 @@ fn close_writes_everything_back() {
         fe.write(1000, Bytes::from(vec![7u8; 100_000]), false).await.unwrap();
         fe.close().await.unwrap();
         assert!(remote_bytes(&remote).await[1000..101_000].iter().all(|b| *b == 7));
+    });
+}
+
+/// The first and last megabytes of the disk, where label probes (blkid,
+/// udev, mount) read one small block after another, are read into the
+/// cache at the start, in a few large reads at once: the probes then cost
+/// no round trip.
+#[test]
+fn both_ends_of_the_disk_are_cached_at_the_start() {
+    sim(async {
+        let size = 64 * MIB;
+        let remote = Remote::new(size, (20_000, 20_000), 10);
+        let cfg = Config { edge_prefetch: MIB, ..small() };
+        let fe = front(&remote, cfg);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reads = remote.counts.reads.load(Ordering::SeqCst);
+        let ends = 2 * MIB / cfg.prefetch_request.min(256 * 1024);
+        assert_eq!(reads as u64, ends, "both ends in pieces of at most 256 KiB");
+        for off in [0, 4096, 512 * 1024, size - 4096, size - 64 * 1024, size - MIB] {
+            let got = fe.read(off, 4096).await.unwrap();
+            assert_eq!(got, remote.store.read(off, 4096).await.unwrap());
+        }
+        assert_eq!(remote.counts.reads.load(Ordering::SeqCst), reads, "the probes hit the cache");
+        // A write there is not hidden by what was read at the start.
+        let data = Bytes::from(vec![7u8; 4096]);
+        fe.write(size - 8192, data.clone(), false).await.unwrap();
+        assert_eq!(fe.read(size - 8192, 4096).await.unwrap(), data);
+        // A cache too small for both ends reads nothing ahead.
+        let remote = Remote::new(size, (20_000, 20_000), 11);
+        let _fe = front(&remote, Config { edge_prefetch: MIB, cache_size: MIB, ..small() });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(remote.counts.reads.load(Ordering::SeqCst), 0);
     });
 }
