@@ -229,6 +229,22 @@ impl Counters {
             .filter(|w| *w > 0)
     }
 
+    /// The active sessions' windows together, bytes (each counted as
+    /// [`max_window_bytes`](Self::max_window_bytes) counts it); `None`
+    /// unless every active session has TCP counters.
+    pub fn window_sum(&self) -> Option<u64> {
+        if !self.tcp_complete() {
+            return None;
+        }
+        Some(
+            self.sessions()
+                .filter(|s| s.active)
+                .filter_map(|s| s.tcp)
+                .map(|t| t.cwnd_bytes.max(u64::from(t.rcv_space)))
+                .sum(),
+        )
+    }
+
     /// Every open session of every pool.
     pub(crate) fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
         self.pools.iter().flat_map(|p| &p.sessions)

@@ -31,7 +31,8 @@
 //! of a few round trips agree ([`ControllerConfig::settle_max`]), so that
 //! sessions under random loss are scored at their level after the first
 //! losses, not in slow start. A warm-up that settled on a path with room
-//! (no standing queue) and without a retransmission is the point's
+//! (no standing queue), with the sessions' windows no longer growing fast
+//! ([`SETTLED_WINDOW_GROWTH`]) and without a retransmission is the point's
 //! measurement: below the path's capacity the sessions hold the level
 //! they settled at, and the interval a measurement would add repeats it
 //! ([`IntervalSample::settled_mbps`]; with 512 KB socket buffers at 100
@@ -356,6 +357,9 @@ pub struct DemandSample {
 #[derive(Debug, Clone)]
 struct Settle {
     marks: Vec<(Instant, u64)>,
+    /// The active sessions' windows together at each mark
+    /// ([`Counters::window_sum`]).
+    windows: Vec<Option<u64>>,
     sub: Duration,
     min_end: Instant,
     max_end: Instant,
@@ -371,13 +375,26 @@ struct Level {
     bytes_per_s: f64,
     /// Their span, seconds.
     span_s: f64,
+    /// The sessions' windows grew by at most [`SETTLED_WINDOW_GROWTH`] in
+    /// the last sub-window.
+    capped: bool,
 }
 
+/// A settled warm-up's level is a measurement only if the sessions'
+/// windows together grew by at most this factor in its last sub-window
+/// (two round trips). On the quick path 4 sessions settled at 886-895
+/// Mbit/s with their receive windows still doubling (5.5 to 15 MB), the
+/// level read room, and the search jumped to 16 and on; with 512 KB
+/// buffers the windows grew 16 % in the last sub-window, at their cap.
+const SETTLED_WINDOW_GROWTH: f64 = 1.25;
+
 impl Settle {
-    /// Records the progress at `now`; true when settled (or out of time).
-    fn mark(&mut self, now: Instant, bytes: Option<u64>) -> bool {
+    /// Records the progress at `now` and the sessions' windows; true when
+    /// settled (or out of time).
+    fn mark(&mut self, now: Instant, bytes: Option<u64>, windows: Option<u64>) -> bool {
         let Some(bytes) = bytes else { return now >= self.min_end };
         self.marks.push((now, bytes));
+        self.windows.push(windows);
         if now >= self.max_end {
             return true;
         }
@@ -398,8 +415,19 @@ impl Settle {
             let first = self.marks.len() - 1 - SETTLE_WINDOWS;
             let (t0, b0) = self.marks[first];
             let span = now.saturating_duration_since(t0).as_secs_f64();
-            self.level = (span > 0.0)
-                .then(|| Level { bytes_per_s: bytes.saturating_sub(b0) as f64 / span, span_s: span });
+            // Windows that still grow fast in the last sub-window are in
+            // slow start or the receiver's window auto-tuning (they double
+            // every round trip): the rate has not reached their level.
+            let last = self.windows.len() - 1;
+            let capped = match (self.windows[last - 1], self.windows[last]) {
+                (Some(w0), Some(w1)) => w0 > 0 && w1 as f64 <= w0 as f64 * SETTLED_WINDOW_GROWTH,
+                _ => false,
+            };
+            self.level = (span > 0.0).then(|| Level {
+                bytes_per_s: bytes.saturating_sub(b0) as f64 / span,
+                span_s: span,
+                capped,
+            });
         }
         settled
     }
@@ -675,7 +703,7 @@ impl Controller {
                 began, rtt_s, drain_wait_s, connect_wait_s, mut settle, mut halves, ..
             } => {
                 if let Some(st) = settle.as_mut()
-                    && !st.mark(now, counters.transport_bytes())
+                    && !st.mark(now, counters.transport_bytes(), counters.window_sum())
                 {
                     let end = st.next(now);
                     self.state =
@@ -973,6 +1001,7 @@ impl Controller {
                 let sub = Duration::from_secs_f64(SETTLE_RTTS * rtt_s).max(SETTLE_WINDOW_MIN);
                 Settle {
                     marks: vec![(now, bytes)],
+                    windows: vec![counters.window_sum()],
                     sub,
                     min_end: now + length,
                     max_end: now + length.max(settle_max),
@@ -1124,13 +1153,14 @@ impl Controller {
             )
         };
         self.since_change = self.since_change.saturating_add(1);
-        // A warm-up that settled on a path with room and without a
-        // retransmission measured the point below the path's capacity,
-        // where a level holds: the interval a measurement would add
-        // repeats it. Not on a bursty server, whose levels need the halves
+        // A warm-up that settled on a path with room, with the sessions'
+        // windows no longer growing fast, and without a retransmission
+        // measured the point below the path's capacity, where a level
+        // holds: the interval a measurement would add repeats it. Not on a bursty server, whose levels need the halves
         // rule.
         let level = level.filter(|l| {
             warmup
+                && l.capped
                 && self.config.signals
                 && !self.bursty
                 && l.bytes_per_s.is_finite()
@@ -1299,6 +1329,37 @@ mod tests {
             remaining_bytes: None,
             pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None, connecting: 0 }],
         }
+    }
+
+    /// A settle at 100 MB/s every 200 ms, with the sessions' windows
+    /// growing by `growth` per mark: settled at the third mark; its level is
+    /// a measurement only while the windows grow by at most a quarter.
+    fn settle_with(growth: f64) -> Option<Level> {
+        let t0 = Instant::now();
+        let sub = Duration::from_millis(200);
+        let mut st = Settle {
+            marks: vec![(t0, 0)],
+            windows: vec![Some(1_000_000)],
+            sub,
+            min_end: t0 + sub,
+            max_end: t0 + 10 * sub,
+            level: None,
+        };
+        let mut w = 1_000_000.0;
+        for k in 1..=3u32 {
+            w *= growth;
+            let settled = st.mark(t0 + k * sub, Some(u64::from(k) * 20_000_000), Some(w as u64));
+            assert_eq!(settled, k == 3, "mark {k}");
+        }
+        st.level
+    }
+
+    #[test]
+    fn a_settled_level_is_a_measurement_only_with_windows_at_their_cap() {
+        let l = settle_with(1.0).unwrap();
+        assert!((l.bytes_per_s - 100e6).abs() < 1.0 && (l.span_s - 0.6).abs() < 1e-9 && l.capped, "{l:?}");
+        assert!(settle_with(1.2).unwrap().capped);
+        assert!(!settle_with(2.0).unwrap().capped, "windows still doubling");
     }
 
     #[test]

@@ -73,7 +73,8 @@ pub struct IntervalSample {
     #[serde(deserialize_with = "Option::deserialize")]
     pub standing_queue: Option<bool>,
     /// A warm-up after an increase (or at the start) that settled on a
-    /// path with room and without a retransmission: the level it settled
+    /// path with room, with the sessions' windows no longer growing fast
+    /// and without a retransmission: the level it settled
     /// at (Mbit/s, over its last sub-windows), which the tuner took as the
     /// point's measurement instead of measuring another interval. `None`
     /// otherwise (the tuner saw [`goodput_mbps`](Self::goodput_mbps), or
