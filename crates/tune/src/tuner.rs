@@ -176,6 +176,12 @@ impl Point {
     }
 }
 
+/// A point reads as the ramp (room) only if its goodput per session is at
+/// least this share of the nearest smaller point's: with room every
+/// session moves its own window's worth (512 KB buffers: 16 sessions moved
+/// 0.99 of what 4 did per session), on a full path they share it.
+const RAMP_PER_SESSION: f64 = 0.8;
+
 #[derive(Debug, Clone)]
 enum State {
     /// Measuring `current`; `best` is the previous (lower) point, `lower`
@@ -702,8 +708,19 @@ impl Tuner {
         let n = self.current;
         let model = self.cfg.model.is_some();
         let full = model && self.signals.standing_queue == Some(true);
+        // On the ramp goodput grows with N: a point whose sessions each
+        // move well under what the sessions of a smaller point moved is on
+        // a full path, whatever its RTT said (16 sessions that just filled
+        // the quick path moved 955 Mbit/s with the RTT still at its base,
+        // against 4's 886: read as the ramp, the model took 16 for the
+        // knee).
+        let crowded = self
+            .measured
+            .range(..n)
+            .next_back()
+            .is_some_and(|(&m, &gm)| g / (n as f64) < RAMP_PER_SESSION * gm / (m as f64));
         let here = Point {
-            ramp: model && self.signals.standing_queue == Some(false),
+            ramp: model && self.signals.standing_queue == Some(false) && !crowded,
             full,
             base_share: self.signals.base_share.filter(|_| full),
             count: self.point_count,
@@ -1408,6 +1425,22 @@ mod tests {
             t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n), ..Signals::default() });
         }
         t.report().steps.iter().map(|s| s.n).collect()
+    }
+
+    #[test]
+    fn a_full_point_read_as_room_is_not_the_ramp() {
+        // The quick path: 4 sessions move 886 Mbit/s, 5 and more the link's
+        // 956. 16 read room (its windows had just filled the path), 64 a
+        // queue. Read as the ramp, 16 would be the knee by the model's
+        // bound (15 x 955 / 16 < 927); its sessions each moved a quarter of
+        // what 4's did, so it is on the plateau, and the knee is below.
+        let cap = |n: usize| if n >= 5 { 956.0 } else { n as f64 * 221.5 };
+        let room = |n: usize| Some(n >= 64);
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let seen = run_with(&mut t, cap, room, 100);
+        assert_eq!(seen[..3], [4, 16, 64], "{seen:?}");
+        assert_eq!(t.converged(), Some(5), "{seen:?}");
     }
 
     #[test]
