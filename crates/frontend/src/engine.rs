@@ -793,7 +793,7 @@ impl Engine {
     /// when the cache cannot hold both ends.
     pub fn prefetch_edges(&mut self, now: u64) -> Vec<FetchOrder> {
         let edge = self.cfg.edge_prefetch.min(self.size);
-        if edge == 0 || self.cfg.cache_size < 2 * edge {
+        if edge == 0 || self.cfg.cache_size < edge.saturating_mul(2) {
             return Vec::new();
         }
         let tail = self.size - edge;

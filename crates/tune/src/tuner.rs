@@ -1435,10 +1435,10 @@ mod tests {
         // bound (15 x 955 / 16 < 927); its sessions each moved a quarter of
         // what 4's did, so it is on the plateau, and the knee is below.
         let cap = |n: usize| if n >= 5 { 956.0 } else { n as f64 * 221.5 };
-        let room = |n: usize| Some(n >= 64);
+        let queue = |n: usize| Some(n >= 64);
         let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
         let mut t = Tuner::new(cfg).unwrap();
-        let seen = run_with(&mut t, cap, room, 100);
+        let seen = run_with(&mut t, cap, queue, 100);
         assert_eq!(seen[..3], [4, 16, 64], "{seen:?}");
         assert_eq!(t.converged(), Some(5), "{seen:?}");
     }

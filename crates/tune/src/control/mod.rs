@@ -1095,8 +1095,8 @@ impl Controller {
 
     /// Closes the interval ending at `now`: records its sample and, unless
     /// `last`, lets the tuner decide on it. `level` is where a settling
-    /// warm-up settled (bytes per second, span in seconds): the tuner takes
-    /// it as the point's measurement when the path had room and nothing
+    /// warm-up settled: the tuner takes it as the point's measurement when
+    /// the path had room, the windows had stopped growing fast and nothing
     /// was retransmitted ([`IntervalSample::settled_mbps`]).
     fn sample(
         &mut self,
@@ -1156,8 +1156,8 @@ impl Controller {
         // A warm-up that settled on a path with room, with the sessions'
         // windows no longer growing fast, and without a retransmission
         // measured the point below the path's capacity, where a level
-        // holds: the interval a measurement would add repeats it. Not on a bursty server, whose levels need the halves
-        // rule.
+        // holds: the interval a measurement would add repeats it. Not on
+        // a bursty server, whose levels need the halves rule.
         let level = level.filter(|l| {
             warmup
                 && l.capped
