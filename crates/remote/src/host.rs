@@ -39,8 +39,6 @@ const WRITE: Duration = Duration::from_secs(2);
 /// Pause between attempts to reach or become the coordinator.
 const RETRY: Duration = Duration::from_millis(200);
 
-const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None };
-
 /// The directory of the host's coordinator: `$XDG_RUNTIME_DIR/wanblk`,
 /// else `/run/wanblk` where it can be created, else
 /// `wanblk-USER` in the temporary directory.
@@ -92,7 +90,7 @@ impl HostLink {
     /// Starts the link for path `key`, coordinating through `dir`.
     pub(crate) fn start(dir: PathBuf, key: String) -> HostLink {
         let (reports, reports_rx) = watch::channel(None);
-        let (grants_tx, grants) = watch::channel(ALONE);
+        let (grants_tx, grants) = watch::channel(Grant::ALONE);
         let peak = Arc::new(AtomicUsize::new(1));
         let task = tokio::spawn(run(dir, key, reports_rx, grants_tx, Arc::clone(&peak)));
         HostLink { reports, grants, peak, _task: AbortOnDrop(task) }
@@ -148,7 +146,7 @@ async fn run(
                 Err(e) => tracing::debug!("host coordinator: {e}"),
             }
             budget = grants.borrow().budget.or(budget);
-            if grants.send_replace(ALONE).copies > 1 {
+            if grants.send_replace(Grant::ALONE).copies > 1 {
                 tracing::info!("host coordinator gone: going on alone");
             }
         }

@@ -357,9 +357,9 @@ pub struct DemandSample {
 #[derive(Debug, Clone)]
 struct Settle {
     marks: Vec<(Instant, u64)>,
-    /// The active sessions' windows together at each mark
+    /// The active sessions' windows together at the last mark
     /// ([`Counters::window_sum`]).
-    windows: Vec<Option<u64>>,
+    windows: Option<u64>,
     sub: Duration,
     min_end: Instant,
     max_end: Instant,
@@ -394,7 +394,7 @@ impl Settle {
     fn mark(&mut self, now: Instant, bytes: Option<u64>, windows: Option<u64>) -> bool {
         let Some(bytes) = bytes else { return now >= self.min_end };
         self.marks.push((now, bytes));
-        self.windows.push(windows);
+        let windows_before = std::mem::replace(&mut self.windows, windows);
         if now >= self.max_end {
             return true;
         }
@@ -418,8 +418,7 @@ impl Settle {
             // Windows that still grow fast in the last sub-window are in
             // slow start or the receiver's window auto-tuning (they double
             // every round trip): the rate has not reached their level.
-            let last = self.windows.len() - 1;
-            let capped = match (self.windows[last - 1], self.windows[last]) {
+            let capped = match (windows_before, windows) {
                 (Some(w0), Some(w1)) => w0 > 0 && w1 as f64 <= w0 as f64 * SETTLED_WINDOW_GROWTH,
                 _ => false,
             };
@@ -1001,7 +1000,7 @@ impl Controller {
                 let sub = Duration::from_secs_f64(SETTLE_RTTS * rtt_s).max(SETTLE_WINDOW_MIN);
                 Settle {
                     marks: vec![(now, bytes)],
-                    windows: vec![counters.window_sum()],
+                    windows: counters.window_sum(),
                     sub,
                     min_end: now + length,
                     max_end: now + length.max(settle_max),
@@ -1339,7 +1338,7 @@ mod tests {
         let sub = Duration::from_millis(200);
         let mut st = Settle {
             marks: vec![(t0, 0)],
-            windows: vec![Some(1_000_000)],
+            windows: Some(1_000_000),
             sub,
             min_end: t0 + sub,
             max_end: t0 + 10 * sub,

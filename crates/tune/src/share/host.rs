@@ -138,6 +138,11 @@ impl Message {
                 .then(|| s.parse().ok())?
         };
         let small = |s: &str| num(s).and_then(|v| usize::try_from(v).ok()).filter(|v| *v <= 1 << 20);
+        // The optional budget that ends `hello` and `grant`.
+        let budget = |rest: &[&str], what: &'static str| match rest {
+            [b] => small(b).map(Some).ok_or(DecodeError::Malformed(what)),
+            _ => Ok(None),
+        };
         match (name, fields.as_slice()) {
             ("hello", [v, key, rest @ ..]) if rest.len() <= 1 => {
                 let version =
@@ -145,11 +150,7 @@ impl Message {
                 if !valid_key(key) {
                     return Err(DecodeError::Malformed("hello"));
                 }
-                let budget = match rest {
-                    [b] => Some(small(b).ok_or(DecodeError::Malformed("hello"))?),
-                    _ => None,
-                };
-                Ok(Message::Hello { version, key: (*key).to_string(), budget })
+                Ok(Message::Hello { version, key: (*key).to_string(), budget: budget(rest, "hello")? })
             }
             ("report", [n, g, s]) => {
                 let settled = match *s {
@@ -168,11 +169,7 @@ impl Message {
                     c => Some(small(c).ok_or(DecodeError::Malformed("grant"))?),
                 };
                 let copies = small(k).ok_or(DecodeError::Malformed("grant"))?;
-                let budget = match rest {
-                    [b] => Some(small(b).ok_or(DecodeError::Malformed("grant"))?),
-                    _ => None,
-                };
-                Ok(Message::Grant { ceiling, copies, budget })
+                Ok(Message::Grant { ceiling, copies, budget: budget(rest, "grant")? })
             }
             ("hello" | "report" | "grant", _) => Err(DecodeError::Malformed(match name {
                 "hello" => "hello",
@@ -270,6 +267,11 @@ pub struct Grant {
     pub budget: Option<usize>,
 }
 
+impl Grant {
+    /// A copy alone on its path: no ceiling, no budget yet.
+    pub const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None };
+}
+
 /// The coordinator's state: the copies of one host and the budget of each
 /// path. See the module docs for the rule.
 #[derive(Debug, Default)]
@@ -317,9 +319,7 @@ impl HostBudget {
 
     /// Takes a copy's report; returns its grant (unknown ids get none).
     pub fn report(&mut self, id: MemberId, n: usize, goodput: u64, settled: bool) -> Grant {
-        let Some(m) = self.members.get_mut(&id) else {
-            return Grant { ceiling: None, copies: 1, budget: None };
-        };
+        let Some(m) = self.members.get_mut(&id) else { return Grant::ALONE };
         m.n = n;
         m.goodput = goodput;
         let key = m.key.clone();
@@ -352,7 +352,7 @@ impl HostBudget {
 
     /// The grant of copy `id` now.
     pub fn grant(&self, id: MemberId) -> Grant {
-        let Some(m) = self.members.get(&id) else { return Grant { ceiling: None, copies: 1, budget: None } };
+        let Some(m) = self.members.get(&id) else { return Grant::ALONE };
         let peers = self.peers(&m.key);
         let k = peers.len().max(1);
         let i = peers.iter().position(|p| *p == id).unwrap_or(0);
