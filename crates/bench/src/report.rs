@@ -93,6 +93,7 @@ pub(crate) mod tests {
             from_tcp: true,
             fairness: None,
             retransmits: 0,
+            out_of_order: 0,
             duration_s,
             rtt_ms: 100.0,
             discarded: false,

@@ -233,6 +233,7 @@ mod tests {
             from_tcp: true,
             fairness: Some(0.99),
             retransmits: 3,
+            out_of_order: 0,
             duration_s: 0.5,
             rtt_ms: 100.0,
             discarded: false,

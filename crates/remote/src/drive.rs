@@ -34,6 +34,7 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
                 tcp: (!s.tcp.is_empty()).then(|| TcpCounters {
                     bytes: s.tcp.iter().map(|i| i.bytes_received + i.bytes_acked).sum(),
                     total_retrans: s.tcp.iter().map(|i| i.total_retrans).sum(),
+                    rcv_out_of_order: s.tcp.iter().map(|i| i.rcv_ooopack).sum(),
                     rtt_us: s.tcp.iter().map(|i| i.data_rtt_us()).max().unwrap_or(0),
                     cwnd_bytes: s
                         .tcp
@@ -89,7 +90,7 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
         min_rtt_s: f64::from(min_rtt) / 1e6,
         goodput_bytes_per_s: sample.goodput_mbps * 1e6 / 8.0,
         discarded: sample.discarded,
-        retransmits: sample.retransmits,
+        losses: sample.retransmits + sample.out_of_order,
     })
 }
 

@@ -12,7 +12,7 @@ use wanblk_blockdev::pool::Pool;
 /// The CSV header written first.
 pub const HEADER: &str = "t_s,pool,session,active,state,ca_state,cwnd,ssthresh,rtt_us,rttvar_us,min_rtt_us,\
 total_retrans,lost,unacked,notsent_bytes,bytes_acked,bytes_received,bytes_retrans,delivery_rate_Bps,\
-pacing_rate_Bps,snd_wnd,rcv_space,rwnd_limited_us,sndbuf_limited_us,congestion,rcv_rtt_us";
+pacing_rate_Bps,snd_wnd,rcv_space,rwnd_limited_us,sndbuf_limited_us,congestion,rcv_rtt_us,rcv_ooopack";
 
 /// Samples every open session of `pools` every `period` into `path` until
 /// `stop` turns true. Pools are numbered in the order given.
@@ -36,7 +36,7 @@ pub(crate) async fn run(
                 for i in session.tcp {
                     writeln!(
                         out,
-                        "{t:.3},{p},{s},{active},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                        "{t:.3},{p},{s},{active},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         i.state,
                         i.ca_state,
                         i.snd_cwnd,
@@ -58,7 +58,8 @@ pub(crate) async fn run(
                         i.rwnd_limited_us,
                         i.sndbuf_limited_us,
                         i.congestion,
-                        i.rcv_rtt_us
+                        i.rcv_rtt_us,
+                        i.rcv_ooopack
                     )?;
                 }
             }

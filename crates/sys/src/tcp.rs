@@ -203,6 +203,11 @@ pub struct TcpInfo {
     pub bytes_sent: u64,
     /// Bytes retransmitted.
     pub bytes_retrans: u64,
+    /// Segments that arrived out of order (`tcpi_rcv_ooopack`, Linux 5.4
+    /// on): behind a hole, a segment the path lost (or reordered) on its
+    /// way to us. Where we mostly receive, the peer's losses show here and
+    /// not in [`total_retrans`](Self::total_retrans).
+    pub rcv_ooopack: u32,
     /// The peer's advertised receive window, bytes.
     pub snd_wnd: u32,
     /// The congestion control algorithm in use (`TCP_CONGESTION`, read by
@@ -272,6 +277,7 @@ impl TcpInfo {
             sndbuf_limited_us: u64_at(b, 184),
             bytes_sent: u64_at(b, 200),
             bytes_retrans: u64_at(b, 208),
+            rcv_ooopack: u32_at(b, 224),
             snd_wnd: u32_at(b, 228),
             congestion: Congestion::default(),
         }
@@ -453,6 +459,20 @@ mod tests {
         assert_eq!(Congestion::from_bytes(&[b'x'; 40]).as_str().len(), 16);
         assert_eq!(Congestion::from_bytes(&[0xff, 0xfe]).as_str(), "");
         assert_eq!(serde_json::to_string(&Congestion::from_bytes(b"reno")).unwrap(), "\"reno\"");
+    }
+
+    #[test]
+    fn the_tail_of_tcp_info_decodes_at_the_kernels_offsets() {
+        // linux/tcp.h: ... tcpi_reord_seen (220), tcpi_rcv_ooopack (224),
+        // tcpi_snd_wnd (228).
+        let mut b = vec![0u8; 232];
+        for (off, v) in [(220usize, 7u32), (224, 11), (228, 65_535)] {
+            b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        let info = TcpInfo::from_bytes(&b);
+        assert_eq!((info.rcv_ooopack, info.snd_wnd), (11, 65_535));
+        // A kernel that stops before them: zero.
+        assert_eq!(TcpInfo::from_bytes(&b[..224]).rcv_ooopack, 0);
     }
 
     #[test]

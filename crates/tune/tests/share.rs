@@ -116,7 +116,7 @@ fn govern(
         min_rtt_s: BASE_RTT,
         goodput_bytes_per_s: s.goodput_mbps * 1e6 / 8.0,
         discarded: s.discarded,
-        retransmits: s.retransmits,
+        losses: s.retransmits + s.out_of_order,
     };
     if let Some(c) = governor.observe(&o) {
         decision = ctl.set_ceiling(c).or(decision);

@@ -111,6 +111,9 @@ pub struct TcpCounters {
     pub bytes: u64,
     /// `tcpi_total_retrans`: segments our side retransmitted.
     pub total_retrans: u32,
+    /// `tcpi_rcv_ooopack`: segments that reached our side out of order
+    /// (the losses of what the peer sends, where we mostly receive).
+    pub rcv_out_of_order: u32,
     /// Smoothed RTT, microseconds.
     pub rtt_us: u32,
     /// Congestion window in bytes (`tcpi_snd_cwnd x tcpi_snd_mss`).
@@ -245,6 +248,22 @@ impl Counters {
         )
     }
 
+    /// Segments lost on the way so far, as the open sessions saw them:
+    /// those they retransmitted plus those that reached them out of order
+    /// (`None` unless every active session has TCP counters). Only its
+    /// growth means something: sessions come and go.
+    pub fn losses_total(&self) -> Option<u64> {
+        if !self.tcp_complete() {
+            return None;
+        }
+        Some(
+            self.sessions()
+                .filter_map(|s| s.tcp)
+                .map(|t| u64::from(t.total_retrans) + u64::from(t.rcv_out_of_order))
+                .sum(),
+        )
+    }
+
     /// Every open session of every pool.
     pub(crate) fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
         self.pools.iter().flat_map(|p| &p.sessions)
@@ -278,7 +297,7 @@ fn median(xs: &mut [f64]) -> Option<f64> {
 /// Per-session cumulative TCP counters, kept to difference between samples.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct TransportMeter {
-    last: HashMap<(usize, usize), (u64, u32)>,
+    last: HashMap<(usize, usize), (u64, u32, u32)>,
 }
 
 /// What the TCP counters say about one interval.
@@ -290,6 +309,9 @@ pub(crate) struct TransportDelta {
     pub(crate) fairness: Option<f64>,
     /// Segments our sockets retransmitted (meaningful where we send).
     pub(crate) retransmits: u64,
+    /// Segments that reached our sockets out of order (where we receive:
+    /// the peer's losses).
+    pub(crate) out_of_order: u64,
     /// Active sessions not seen at the previous call (opened since): their
     /// bytes of this interval are not in `per_pool`.
     pub(crate) fresh_active: usize,
@@ -314,17 +336,18 @@ impl TransportMeter {
         for (p, pool) in c.pools.iter().enumerate() {
             for s in &pool.sessions {
                 let Some(tcp) = s.tcp else { continue };
-                if let Some((bytes, retrans)) = self.last.get(&(p, s.index)) {
+                if let Some((bytes, retrans, ooo)) = self.last.get(&(p, s.index)) {
                     let moved = tcp.bytes.saturating_sub(*bytes);
                     d.per_pool[p] += moved;
                     d.retransmits += u64::from(tcp.total_retrans.saturating_sub(*retrans));
+                    d.out_of_order += u64::from(tcp.rcv_out_of_order.saturating_sub(*ooo));
                     if s.active {
                         shares.push(moved as f64);
                     }
                 } else if s.active {
                     d.fresh_active += 1;
                 }
-                now.insert((p, s.index), (tcp.bytes, tcp.total_retrans));
+                now.insert((p, s.index), (tcp.bytes, tcp.total_retrans, tcp.rcv_out_of_order));
             }
         }
         self.last = now;

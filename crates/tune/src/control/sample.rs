@@ -28,6 +28,10 @@ pub struct IntervalSample {
     /// side sends in a backup; in a restore the server's retransmissions
     /// are invisible to us).
     pub retransmits: u64,
+    /// TCP segments that reached our sockets out of order during the
+    /// interval: in a restore, the server's losses (or reordering).
+    #[serde(default)]
+    pub out_of_order: u64,
     /// Length of the interval in seconds.
     pub duration_s: f64,
     /// Largest smoothed RTT of the active sessions at the start, ms (0 if unknown).
@@ -74,11 +78,11 @@ pub struct IntervalSample {
     pub standing_queue: Option<bool>,
     /// A warm-up after an increase (or at the start) that settled on a
     /// path with room, with the sessions' windows no longer growing fast
-    /// and without a retransmission: the level it settled
-    /// at (Mbit/s, over its last sub-windows), which the tuner took as the
-    /// point's measurement instead of measuring another interval. `None`
-    /// otherwise (the tuner saw [`goodput_mbps`](Self::goodput_mbps), or
-    /// nothing).
+    /// and without a loss (a segment retransmitted by us or out of order at
+    /// us): the level it settled at (Mbit/s, over its last sub-windows),
+    /// which the tuner took as the point's measurement instead of
+    /// measuring another interval. `None` otherwise (the tuner saw
+    /// [`goodput_mbps`](Self::goodput_mbps), or nothing).
     #[serde(default)]
     pub settled_mbps: Option<f64>,
     /// Bytes per request on the wire at the end of the interval.

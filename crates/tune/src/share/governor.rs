@@ -71,7 +71,7 @@
 //! costs window-limited sessions goodput, while a queue others keep (or
 //! ours, still growing) leaves it; two copies that cut together would
 //! otherwise each read the other's queue as a longer path, re-base and
-//! climb. The test also waits for an interval without retransmits (a
+//! climb. The test also waits for an interval without losses (a
 //! queue that overflowed stays as deep however many of the sessions
 //! that fill it are ours), so on a path with random loss `fair` does not
 //! re-base: after a delay step there it holds the sessions it cut to.
@@ -213,9 +213,11 @@ pub struct PathObservation {
     /// The interval was a warm-up (N had just changed): nothing is decided
     /// from it.
     pub discarded: bool,
-    /// Segments our sessions retransmitted during the interval: a
-    /// drop-tail queue that overflowed (or random loss).
-    pub retransmits: u64,
+    /// Segments lost during the interval, as our sessions saw them: those
+    /// they retransmitted, and those that reached them out of order (where
+    /// they receive, the peer's losses): a drop-tail queue that overflowed
+    /// (or random loss).
+    pub losses: u64,
 }
 
 /// The last lowering of the ceiling, kept until a settled interval at the
@@ -228,7 +230,7 @@ struct Cut {
     rtt_s: f64,
     /// Our goodput then, bytes per second.
     goodput_bytes_per_s: f64,
-    /// Intervals with retransmits waited through since.
+    /// Intervals with losses waited through since.
     lossy_waits: u8,
 }
 
@@ -243,7 +245,7 @@ const ALONE_ROOMY_SHARE: f64 = 0.95;
 /// room, and the ceiling may rise (see [`Governor::observe`]).
 pub const ROOM_QUEUE_S: f64 = 0.002;
 
-/// Intervals with retransmits a cut's test waits through (holding the
+/// Intervals with losses a cut's test waits through (holding the
 /// ceiling) before it is given up.
 const LOSSY_WAITS: u8 = 3;
 
@@ -606,9 +608,9 @@ impl Governor {
         }
         // A queue that overflowed (losses) is as deep as it can be, so it
         // stays however many of the sessions that fill it are ours: hold,
-        // and wait a few intervals for one without retransmits (a delay
+        // and wait a few intervals for one without losses (a delay
         // step itself can cost a few); then give the test up.
-        if o.retransmits > 0 {
+        if o.losses > 0 {
             if cut.lossy_waits < LOSSY_WAITS {
                 self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
                 return Some(None);
@@ -682,7 +684,7 @@ mod tests {
             min_rtt_s: 0.1,
             goodput_bytes_per_s,
             discarded: false,
-            retransmits: 0,
+            losses: 0,
         }
     }
 
@@ -860,7 +862,7 @@ mod tests {
         assert_eq!(g.path_base_rtt_s(), Some(0.3));
         // Retransmits after the cut: the queue may be at its limit. The
         // ceiling holds until a clean interval decides.
-        let lossy = |n, rtt| PathObservation { retransmits: 3, ..obs(n, rtt) };
+        let lossy = |n, rtt| PathObservation { losses: 3, ..obs(n, rtt) };
         let mut g = Governor::new(one(ShareMode::Fair));
         cut(&mut g);
         assert_eq!(g.observe(&lossy(5, 200.0)), None, "held");
@@ -1047,7 +1049,7 @@ mod tests {
                 min_rtt_s: rtt,
                 goodput_bytes_per_s: rtt,
                 discarded: false,
-                retransmits: 0,
+                losses: 0,
             };
             assert_eq!(g.observe(&o), None);
         }

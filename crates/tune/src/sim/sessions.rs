@@ -262,6 +262,7 @@ impl SessionSim {
                 tcp: self.tcp.then_some(TcpCounters {
                     bytes: s.visible as u64,
                     total_retrans: 0,
+                    rcv_out_of_order: 0,
                     rtt_us: (rtt * 1e6) as u32,
                     cwnd_bytes: s.window as u64,
                     rcv_space: 0,
