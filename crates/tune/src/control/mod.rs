@@ -403,7 +403,7 @@ const SETTLED_WINDOW_GROWTH: f64 = 1.25;
 const SETTLE_AFTER_LOSSES: usize = 2;
 
 /// What the counters say at one mark of a settling warm-up.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Reading {
     /// [`Counters::transport_bytes`].
     bytes: Option<u64>,
@@ -483,14 +483,8 @@ impl Settle {
         if now < self.min_end || self.marks.len() <= SETTLE_WINDOWS {
             return false;
         }
-        let rate = |(t0, b0): (Instant, u64), (t1, b1): (Instant, u64)| {
-            let dt = t1.saturating_duration_since(t0).as_secs_f64();
-            if dt > 0.0 { b1.saturating_sub(b0) as f64 / dt } else { 0.0 }
-        };
-        let rates: Vec<f64> = self.marks[self.marks.len() - 1 - SETTLE_WINDOWS..]
-            .windows(2)
-            .map(|w| rate(w[0], w[1]))
-            .collect();
+        let rates: Vec<f64> =
+            (self.marks.len() - SETTLE_WINDOWS..self.marks.len()).map(|i| self.rate(i)).collect();
         let (lo, hi) = rates.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
         let settled = hi > 0.0 && hi - lo <= SETTLE_TOLERANCE * hi;
         if settled {
@@ -513,18 +507,18 @@ impl Settle {
         settled
     }
 
+    /// Bytes per second over the sub-window ending at mark `i` (`i >= 1`;
+    /// 0 over an empty span).
+    fn rate(&self, i: usize) -> f64 {
+        let ((t0, b0), (t1, b1)) = (self.marks[i - 1], self.marks[i]);
+        let dt = t1.saturating_duration_since(t0).as_secs_f64();
+        if dt > 0.0 { b1.saturating_sub(b0) as f64 / dt } else { 0.0 }
+    }
+
     /// The rate fell over each of the last two sub-windows.
     fn falling(&self) -> bool {
         let n = self.marks.len();
-        if n < 4 {
-            return false;
-        }
-        let rate = |i: usize| {
-            let ((t0, b0), (t1, b1)) = (self.marks[i - 1], self.marks[i]);
-            let dt = t1.saturating_duration_since(t0).as_secs_f64();
-            if dt > 0.0 { b1.saturating_sub(b0) as f64 / dt } else { 0.0 }
-        };
-        rate(n - 1) < rate(n - 2) && rate(n - 2) < rate(n - 3)
+        n >= 4 && self.rate(n - 1) < self.rate(n - 2) && self.rate(n - 2) < self.rate(n - 3)
     }
 
     /// When to look next.
