@@ -62,6 +62,15 @@ pub struct Signals {
     /// is near `N x base_share` ([`knee_from_queue`]). `None`: unknown.
     #[serde(default)]
     pub base_share: Option<f64>,
+    /// `Some(true)`: a session lost segments during the interval (we
+    /// retransmitted, or segments reached us out of order: where we
+    /// receive, the server's losses show only there); `Some(false)`: none
+    /// did; `None`: unknown. A held N whose goodput falls below the
+    /// search's peak with room is searched again only where losses are
+    /// seen or unknown: windows shrinking under loss explain the fall,
+    /// while on a loss-free path the peak was a burst that did not last.
+    #[serde(default)]
+    pub losses: Option<bool>,
 }
 
 /// The knee a full point suggests (see [`Signals::base_share`]): the

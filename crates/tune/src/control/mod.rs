@@ -1286,7 +1286,8 @@ impl Controller {
             let signals = if self.config.signals {
                 // At the user's rate cap the "queue" is the cap's.
                 let base_share = if capped { None } else { counters.base_share_over(self.path_base_s) };
-                Signals { standing_queue, coarse, base_share }
+                let losses = transport.as_ref().map(|t| t.retransmits + t.out_of_order > 0);
+                Signals { standing_queue, coarse, base_share, losses }
             } else {
                 Signals::default()
             };

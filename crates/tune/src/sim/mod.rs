@@ -345,6 +345,7 @@ impl Bench {
             standing_queue: model.standing_queue(n),
             coarse: false,
             base_share: model.base_share(n),
+            losses: None,
         };
         let step = self.tuner.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s }, signals);
         self.last_measured = g;

@@ -44,6 +44,9 @@ struct Session {
     ready_at: f64,
     /// The first loss happened since the last (re)start of slow start.
     lost: bool,
+    /// Segments retransmitted: under random loss, one per round trip once
+    /// the first loss happened.
+    retransmits: f64,
     active: bool,
     window: f64,
     delivered: f64,
@@ -261,7 +264,7 @@ impl SessionSim {
                 in_flight: s.requests.len(),
                 tcp: self.tcp.then_some(TcpCounters {
                     bytes: s.visible as u64,
-                    total_retrans: 0,
+                    total_retrans: s.retransmits as u32,
                     rcv_out_of_order: 0,
                     rtt_us: (rtt * 1e6) as u32,
                     cwnd_bytes: s.window as u64,
@@ -404,6 +407,9 @@ impl SessionSim {
                         s.requests.push_back((d.request_bytes, f64::from(d.request_bytes)));
                     }
                 }
+            }
+            if self.loss.is_some() && s.lost {
+                s.retransmits += dt / rtt;
             }
             s.window = match self.loss {
                 Some((lw, _)) if s.lost => (s.window * 0.7f64.powf(dt / rtt)).max(lw),
