@@ -146,6 +146,42 @@ async fn an_idle_session_hedges_a_straggler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_straggler_is_duplicated_in_parts_over_the_idle_sessions() {
+    // Session 0 never answers its 2 MiB read (until the end); sessions 1-3
+    // start once it holds it and carry the rest. Out of work, they carry
+    // the stuck read's duplicate in parts (256 KiB or more, 8 at most):
+    // each part lands where it belongs, the read counts once, and more than
+    // one idle session carries a part (each request takes 100 ms there, so
+    // one session cannot take every part before the others wake up).
+    let stuck = Gate::new();
+    let start = Gate::new();
+    let mut behaviours = vec![Behaviour::gated(&stuck)];
+    let slow = Behaviour { delay: Some(Duration::from_millis(100)), ..Behaviour::gated(&start) };
+    behaviours.extend(vec![slow; 3]);
+    let c = TestConnector::new(16 << 20, behaviours);
+    c.store.write(0, data(0, 8 << 20, 6), false).await.unwrap();
+    let cfg =
+        PoolConfig { initial_sessions: 4, max_request_bytes: 2 << 20, max_depth: 1, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 8 << 20).await }
+    });
+    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
+    start.open();
+    let got = within("the read (the stuck request was not hedged)", read).await.unwrap().unwrap();
+    assert_data(&got, 0, 6);
+    let st = pool.snapshot();
+    assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
+    assert_eq!(pool.completed_bytes(), 8 << 20, "the read counts once: {st:?}");
+    // Sessions 1-3 took 3 whole requests and 8 parts between them.
+    let started: Vec<u64> = (1..4).map(|i| c.started(i) as u64).collect();
+    assert_eq!(started.iter().sum::<u64>(), 3 + 8, "{started:?}");
+    assert!(started.iter().filter(|n| **n > 1).count() >= 2, "parts on one session only: {started:?}");
+    stuck.open();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_not_hedged_unless_asked() {
     // Two pools, each with a session 0 that holds its write and a session
     // 1 that starts once it does: pool `reads` hedges reads only (the

@@ -81,10 +81,12 @@ impl RetryPolicy {
     }
 }
 
-/// Hedging: when the queue is empty and a session has a free slot, it may
-/// run a copy of a request that has been in flight on another session far
-/// longer than usual (a stalled connection, e.g. in retransmission
-/// backoff); the first copy to complete answers. Reads are always safe to
+/// Hedging: when the queue is empty and a session has nothing in flight, it
+/// may run a copy of a request that has been in flight on another session
+/// far longer than usual (a stalled connection, e.g. in retransmission
+/// backoff; a large one in parts over several idle sessions); the first
+/// copy to complete answers. (A busy session's free slot does not: the
+/// copy would wait behind that session's own requests.) Reads are always safe to
 /// duplicate. Writes are safe only when nobody writes the same range again
 /// while the first write may still be in flight (true of a copy, which
 /// writes each range once; not of a file system on top of the pool).

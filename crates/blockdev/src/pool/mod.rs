@@ -151,6 +151,9 @@ struct Shared {
     last_failure: Mutex<Option<EndpointError>>,
     /// Requests executing now (for hedging).
     running: Mutex<Vec<Running>>,
+    /// Parts of stragglers' duplicates waiting for an idle session, each
+    /// with the reply of the request it is part of.
+    parts: Mutex<std::collections::VecDeque<(Arc<queue::Reply>, queue::Job)>>,
     next_running_id: AtomicU64,
     /// Mean completion time of data requests, microseconds (EWMA, 1/8).
     mean_us: AtomicU64,
@@ -309,6 +312,7 @@ impl Pool {
             side_failed: AtomicBool::new(false),
             side_opening: AtomicBool::new(false),
             running: Mutex::new(Vec::new()),
+            parts: Mutex::new(std::collections::VecDeque::new()),
             next_running_id: AtomicU64::new(0),
             mean_us: AtomicU64::new(0),
             hedged: AtomicU64::new(0),

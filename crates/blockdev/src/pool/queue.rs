@@ -89,10 +89,30 @@ pub(super) struct Job {
     pub(super) fresh_from: usize,
     /// This is the duplicate of a straggler.
     pub(super) hedge: bool,
+    /// A part of a straggler's duplicate: its answer goes to the task that
+    /// puts the parts together, which counts the request as completed.
+    pub(super) part: bool,
     /// Read-ahead: served after every demand request waiting.
     pub(super) ahead: bool,
     /// Transient server errors it got so far.
     pub(super) transient: u32,
+}
+
+impl Job {
+    /// The fields of a straggler's duplicate besides its operation and
+    /// reply (placeholders, always replaced).
+    pub(super) fn hedge_of() -> Job {
+        Job {
+            op: Op::Flush,
+            reply: Reply::new(tokio::sync::oneshot::channel().0),
+            attempts: 0,
+            fresh_from: 0,
+            hedge: true,
+            part: false,
+            ahead: false,
+            transient: 0,
+        }
+    }
 }
 
 impl Shared {
@@ -157,7 +177,16 @@ impl Pool {
     pub(super) async fn submit_as(&self, op: Op, ahead: bool) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
         self.shared.push(
-            Job { op, reply: Reply::new(tx), attempts: 0, fresh_from: 0, hedge: false, ahead, transient: 0 },
+            Job {
+                op,
+                reply: Reply::new(tx),
+                attempts: 0,
+                fresh_from: 0,
+                hedge: false,
+                part: false,
+                ahead,
+                transient: 0,
+            },
             false,
         );
         rx.await

@@ -338,6 +338,7 @@ impl Shared {
                     attempts: 0,
                     fresh_from: 0,
                     hedge: false,
+                    part: false,
                     ahead: false,
                     transient: 0,
                 },

@@ -118,7 +118,7 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
             j = shared.pop() => match j { Some(j) => j, None => return },
             r = roles.changed() => { if r.is_err() { return } continue }
             _ = tokio::time::sleep(HEDGE_POLL), if hedging => {
-                match shared.straggler(session.index) {
+                match shared.straggler(session.index, session.in_flight.load(Ordering::Relaxed) == 0) {
                     Some(j) => j,
                     None => {
                         shared.idle_slot_us.fetch_add(waiting.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -169,8 +169,10 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
                 // counters after its request returns sees this one.
                 if let Some(tx) = lock(&job.reply.tx).take() {
                     session.completed_bytes.fetch_add(payload, Ordering::Relaxed);
-                    shared.completed_bytes.fetch_add(payload, Ordering::Relaxed);
-                    if job.hedge {
+                    if !job.part {
+                        shared.completed_bytes.fetch_add(payload, Ordering::Relaxed);
+                    }
+                    if job.hedge && !job.part {
                         shared.hedges_won.fetch_add(1, Ordering::Relaxed);
                     }
                     let _ = tx.send(Ok(done));
