@@ -311,3 +311,45 @@ async fn the_first_block_status_of_an_idle_pool_does_not_wait_for_the_side_sessi
     assert_eq!(map.iter().map(|e| e.length).sum::<u64>(), 32 << 20);
     held.open();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_does_not_wait_behind_a_stalled_session() {
+    // Both sessions acknowledge writes (each holds one before the gates
+    // open); then session 0 stalls holding a read while session 1 goes
+    // idle. One flush covers every acknowledged write (the pool has two
+    // sessions only with multi-connection consistency), sent on the idle
+    // session: it answers while session 0 is stuck (flushing each session
+    // that acknowledged writes would wait for session 0), and leaves
+    // nothing unflushed.
+    let (g0, g1) = (Gate::new(), Gate::new());
+    let c = TestConnector::new(8 << 20, vec![Behaviour::gated(&g0), Behaviour::gated(&g1)]);
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 64 << 10, max_depth: 1, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let write = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.write(0, data(0, 1 << 20, 7), false).await }
+    });
+    c.wait_for("both sessions hold a write", |c| c.running(0) == 1 && c.running(1) == 1).await;
+    g0.open();
+    g1.open();
+    within("the write", write).await.unwrap().unwrap();
+    assert_eq!(pool.snapshot().faults.unflushed_bytes, 1 << 20, "the writes wait for a flush");
+    g0.close();
+    g1.close();
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 1 << 20).await }
+    });
+    c.wait_for("both sessions hold a read", |c| c.running(0) == 1 && c.running(1) == 1).await;
+    g1.open();
+    c.wait_for("session 1 carried the rest of the read", |c| {
+        c.completed(0) + c.completed(1) == (1 << 20) + (15 << 16)
+    })
+    .await;
+    within("the flush beside a stalled session", pool.flush()).await.unwrap();
+    assert_eq!(pool.snapshot().faults.unflushed_bytes, 0, "{:?}", pool.snapshot());
+    assert!(!read.is_finished(), "session 0 was stuck all along");
+    g0.open();
+    assert_data(&within("the read", read).await.unwrap().unwrap(), 0, 7);
+}

@@ -1,9 +1,10 @@
-//! Flushing a pool: every session that acknowledged writes since its last
-//! flush is flushed (a flush covers what its own session acknowledged
-//! before it was sent), after the writes of failed sessions were sent
-//! again. A session that fails during its flush is retired like any other
-//! (its writes sent again) and the flush starts over; it returns only when
-//! every acknowledged write is covered by a flush that succeeded.
+//! Flushing a pool: once the writes of failed sessions were sent again, one
+//! flush on the least busy session covers every write acknowledged before
+//! it was sent (the pool has several sessions only with multi-connection
+//! consistency; see ledger.rs). A session that fails during its flush is
+//! retired like any other (its writes sent again) and the flush starts
+//! over; it returns only when every acknowledged write is covered by a
+//! flush that succeeded.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -33,9 +34,9 @@ impl Shared {
         }
     }
 
-    /// Flushes every session holding acknowledged, unflushed writes (see
-    /// the module docs). `Ok(false)` when there were none: the caller
-    /// flushes some session anyway.
+    /// Flushes the acknowledged, unflushed writes (see the module docs).
+    /// `Ok(false)` when there were none: the caller flushes some session
+    /// anyway.
     pub(super) async fn flush_sessions(self: &Arc<Self>) -> Result<bool> {
         let mut flushed_any = false;
         for _ in 0..MAX_ROUNDS {
@@ -44,43 +45,40 @@ impl Shared {
                 return Err(e);
             }
             let seq = self.acks.load(Ordering::SeqCst);
-            let wanted = lock(&self.ledger).sessions(seq);
-            if wanted.is_empty() {
+            if !lock(&self.ledger).holds_upto(seq) {
                 return Ok(flushed_any);
             }
-            let sessions: Vec<_> = lock(&self.sessions)
+            // One flush covers them all (see ledger.rs): on the session with
+            // the least in flight, so it does not wait behind a slow
+            // session's queued data (at the end of a backup over a lossy
+            // path, flushing every session that held writes waited 17 s for
+            // the slowest one's send buffer).
+            let session = lock(&self.sessions)
                 .iter()
-                .filter(|s| wanted.contains(&s.index) && !s.failed.load(Ordering::SeqCst))
-                .cloned()
-                .collect();
-            if sessions.is_empty() {
-                // Their sessions are being retired: their writes come back
-                // to be sent again; let that happen.
+                .filter(|s| !s.failed.load(Ordering::SeqCst))
+                .min_by_key(|s| s.in_flight.load(Ordering::Relaxed))
+                .cloned();
+            let Some(s) = session else {
+                // Every session is being retired: the writes come back to be
+                // sent again; let that happen.
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 continue;
-            }
-            let results = futures::future::join_all(sessions.iter().map(|s| {
-                let ep = Arc::clone(&s.endpoint);
-                async move { self.run(&*ep, &Op::Flush).await }
-            }))
-            .await;
-            for (s, r) in sessions.iter().zip(results) {
-                match r {
-                    Ok(_) => {
-                        lock(&self.ledger).clear(s.index, seq);
-                        flushed_any = true;
-                    }
-                    Err(None) => {
-                        let e = self.timed_out(&Op::Flush);
-                        self.retire(s, &e, true);
-                    }
-                    Err(Some(e)) if e.is_connection() => self.retire(s, &e, false),
-                    Err(Some(e)) if e.is_transient() => {
-                        self.faults.transient.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!("flush: {e}; trying again");
-                    }
-                    Err(Some(e)) => return Err(e),
+            };
+            match self.run(&*s.endpoint, &Op::Flush).await {
+                Ok(_) => {
+                    lock(&self.ledger).clear_upto(seq);
+                    flushed_any = true;
                 }
+                Err(None) => {
+                    let e = self.timed_out(&Op::Flush);
+                    self.retire(&s, &e, true);
+                }
+                Err(Some(e)) if e.is_connection() => self.retire(&s, &e, false),
+                Err(Some(e)) if e.is_transient() => {
+                    self.faults.transient.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("flush: {e}; trying again");
+                }
+                Err(Some(e)) => return Err(e),
             }
             self.ledger_changed.notify_waiters();
         }

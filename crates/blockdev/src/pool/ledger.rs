@@ -8,13 +8,15 @@
 //! the others. A later write over the same bytes replaces the older one
 //! (only the newest data may be sent again).
 //!
-//! A flush on a session covers the writes that session had acknowledged
-//! before the flush was sent (NBD and SCSI both promise that much, with or
-//! without multi-connection consistency), so each session with entries is
-//! flushed ([`Ledger::sessions`]) and then cleared up to the sequence
-//! number taken when its flush was sent ([`Ledger::clear`]).
+//! A pool of several sessions requires multi-connection consistency (NBD's
+//! CAN_MULTI_CONN: the server's cache is shared by all connections, and a
+//! flush's effect is visible on all of them when it is answered; an iSCSI
+//! logical unit's cache serves all its sessions). So one flush, on any
+//! session, covers every write acknowledged before it was sent: the pool
+//! flushes one session and clears every entry up to the sequence number
+//! taken when that flush was sent ([`Ledger::clear_upto`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
@@ -123,17 +125,17 @@ impl Ledger {
         out
     }
 
-    /// Sessions holding entries acknowledged at or before `seq`.
-    pub(super) fn sessions(&self, seq: u64) -> BTreeSet<usize> {
-        self.entries.values().filter(|e| e.seq <= seq).map(|e| e.session).collect()
+    /// Entries acknowledged at or before `seq` are held.
+    pub(super) fn holds_upto(&self, seq: u64) -> bool {
+        self.entries.values().any(|e| e.seq <= seq)
     }
 
-    /// A flush on `session`, sent after acknowledgement `seq`, succeeded:
-    /// its entries up to `seq` are on stable storage.
-    pub(super) fn clear(&mut self, session: usize, seq: u64) {
+    /// A flush sent after acknowledgement `seq` succeeded: every entry up
+    /// to `seq` is on stable storage.
+    pub(super) fn clear_upto(&mut self, seq: u64) {
         let mut held = self.held;
         self.entries.retain(|_, e| {
-            let keep = !(e.session == session && e.seq <= seq);
+            let keep = e.seq > seq;
             if !keep {
                 held -= e.held();
             }
@@ -162,11 +164,11 @@ mod tests {
         assert_eq!(s0.iter().map(|(o, e)| (*o, e.len)).collect::<Vec<_>>(), vec![(0, 40), (60, 40)]);
         assert!(s0.iter().all(|(_, e)| e.data == bytes(e.len, 1)));
         assert_eq!(l.held(), 20);
-        assert_eq!(l.sessions(10), BTreeSet::from([1]));
-        assert!(l.sessions(1).is_empty(), "only entries acknowledged before the flush count");
-        l.clear(1, 1);
+        assert!(l.holds_upto(10));
+        assert!(!l.holds_upto(1), "only entries acknowledged before the flush count");
+        l.clear_upto(1);
         assert!(!l.is_empty(), "a flush sent before the write does not cover it");
-        l.clear(1, 2);
+        l.clear_upto(2);
         assert!(l.is_empty() && l.held() == 0);
     }
 
@@ -189,7 +191,7 @@ mod tests {
         #[test]
         fn holds_the_newest_write_of_every_byte(
             writes in proptest::collection::vec((0u64..200, 1u64..50, 0usize..3, any::<bool>()), 1..40),
-            cleared in proptest::option::of((0usize..3, 0u64..40)),
+            cleared in proptest::option::of(0u64..40),
         ) {
             let mut l = Ledger::default();
             let mut model: Vec<Option<(usize, u64, Option<u8>)>> = vec![None; 260];
@@ -202,10 +204,10 @@ mod tests {
                     *b = Some((*s, seq, (!zero).then_some(fill)));
                 }
             }
-            if let Some((s, upto)) = cleared {
-                l.clear(s, upto);
+            if let Some(upto) = cleared {
+                l.clear_upto(upto);
                 for b in model.iter_mut() {
-                    if b.is_some_and(|(bs, q, _)| bs == s && q <= upto) { *b = None; }
+                    if b.is_some_and(|(_, q, _)| q <= upto) { *b = None; }
                 }
             }
             let mut got: Vec<Option<(usize, u64, Option<u8>)>> = vec![None; 260];

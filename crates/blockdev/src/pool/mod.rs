@@ -28,7 +28,7 @@
 //! - `reconnect.rs`: active roles, opening sessions, retiring failed ones.
 //! - `backoff.rs`: when to try opening a session again (sans-I/O).
 //! - `ledger.rs`: acknowledged writes no flush covers yet.
-//! - `flush.rs`: flushing every session that holds such writes.
+//! - `flush.rs`: flushing them (one flush, on the least busy session).
 //! - `side.rs`: the side session for block status and flush.
 //! - `endpoint.rs`: the [`Endpoint`] implementation.
 //! - `snapshot.rs`: [`PoolSnapshot`] and [`Faults`].
