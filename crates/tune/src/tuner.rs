@@ -216,9 +216,12 @@ struct Hold {
     /// below the search's peak, and their mean.
     room: u32,
     room_mean: f64,
-    /// Losses were seen (or could not be told) in an interval of the hold:
-    /// only then does a fall below the peak with room restart the search.
+    /// Losses were seen in an interval of the hold, or none of its
+    /// intervals could tell: only then does a fall below the peak with room
+    /// restart the search.
     lossy: bool,
+    /// An interval of the hold told whether there were losses.
+    told: bool,
     /// The plateau's level the search held this N to (its reference).
     plateau: f64,
     /// Intervals in a row with room and goodput below the plateau by more
@@ -944,6 +947,7 @@ impl Tuner {
             room: 0,
             room_mean: 0.0,
             lossy: false,
+            told: false,
             plateau: m.reference,
             short: 0,
         });
@@ -971,14 +975,17 @@ impl Tuner {
     /// 390-407, and the restart ended at 11).
     fn hold(&mut self, g: f64) {
         let Some(rt) = self.cfg.retune else { return };
-        let lost = self.signals.losses != Some(false);
+        let losses = self.signals.losses;
         let room = self.signals.standing_queue == Some(false)
             && self.current < self.cfg.n_max
             && g < self.peak * (1.0 - rt.threshold);
         let noise = self.noise();
         let State::Converged(h) = &mut self.state else { return };
-        h.lossy |= lost;
-        if room && h.lossy {
+        // An interval that cannot tell (a session without TCP counters for
+        // a moment) does not arm the rule when others could tell.
+        h.lossy |= losses == Some(true);
+        h.told |= losses.is_some();
+        if room && (h.lossy || !h.told) {
             h.room += 1;
             h.room_mean += (g - h.room_mean) / f64::from(h.room);
             if h.room >= rt.consecutive {
@@ -1554,6 +1561,18 @@ mod tests {
         // level the windows fell from; again only the level's rule.
         let mut t = converged_at_16();
         assert_eq!(decline(&mut t, false, Some(false)), Some((j, next)));
+        // One interval of the hold that could not tell (a session without
+        // TCP counters for a moment) among loss-free ones: the same.
+        let held = |first: Option<bool>| {
+            let mut t = converged_at_16();
+            t.observe_with(
+                sample(16, 956.0),
+                Signals { standing_queue: Some(false), losses: first, ..Signals::default() },
+            );
+            decline(&mut t, false, Some(false))
+        };
+        assert_eq!(held(None), held(Some(false)));
+        assert_ne!(held(Some(true)), held(Some(false)), "the check above cannot fail");
     }
 
     #[test]
