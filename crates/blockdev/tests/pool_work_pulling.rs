@@ -347,6 +347,13 @@ async fn a_flush_does_not_wait_behind_a_stalled_session() {
         c.completed(0) + c.completed(1) == (1 << 20) + (15 << 16)
     })
     .await;
+    // The pool counts a request out of flight just after the store answers.
+    within("session 1 idle in the pool", async {
+        while pool.snapshot().sessions[1].in_flight > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     within("the flush beside a stalled session", pool.flush()).await.unwrap();
     assert_eq!(pool.snapshot().faults.unflushed_bytes, 0, "{:?}", pool.snapshot());
     assert!(!read.is_finished(), "session 0 was stuck all along");

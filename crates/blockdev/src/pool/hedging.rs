@@ -133,7 +133,7 @@ impl Shared {
         self.faults.retried.fetch_add(1, Ordering::Relaxed);
         let ranges = split(&op, self.block_min);
         if ranges.len() < 2 {
-            return Some(Job { op, reply, ..Job::hedge_of() });
+            return Some(Job { hedge: true, ..Job::new(op, reply, false) });
         }
         let mut first = None;
         let mut parts = Vec::with_capacity(ranges.len());
@@ -149,7 +149,7 @@ impl Shared {
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
             parts.push(rx);
-            let job = Job { op, reply: Reply::new(tx), part: true, ..Job::hedge_of() };
+            let job = Job { hedge: true, part: true, ..Job::new(op, Reply::new(tx), false) };
             match first {
                 None => first = Some(job),
                 Some(_) => lock(&self.parts).push_back((Arc::clone(&reply), job)),

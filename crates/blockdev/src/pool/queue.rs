@@ -99,19 +99,10 @@ pub(super) struct Job {
 }
 
 impl Job {
-    /// The fields of a straggler's duplicate besides its operation and
-    /// reply (placeholders, always replaced).
-    pub(super) fn hedge_of() -> Job {
-        Job {
-            op: Op::Flush,
-            reply: Reply::new(tokio::sync::oneshot::channel().0),
-            attempts: 0,
-            fresh_from: 0,
-            hedge: true,
-            part: false,
-            ahead: false,
-            transient: 0,
-        }
+    /// A request never tried yet, answered through `reply` (read-ahead if
+    /// `ahead`).
+    pub(super) fn new(op: Op, reply: Arc<Reply>, ahead: bool) -> Job {
+        Job { op, reply, attempts: 0, fresh_from: 0, hedge: false, part: false, ahead, transient: 0 }
     }
 }
 
@@ -176,19 +167,7 @@ impl Pool {
     /// Queues `op` (behind every demand request if `ahead`) and waits for its result.
     pub(super) async fn submit_as(&self, op: Op, ahead: bool) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(
-            Job {
-                op,
-                reply: Reply::new(tx),
-                attempts: 0,
-                fresh_from: 0,
-                hedge: false,
-                part: false,
-                ahead,
-                transient: 0,
-            },
-            false,
-        );
+        self.shared.push(Job::new(op, Reply::new(tx), ahead), false);
         rx.await
             .unwrap_or_else(|_| Err(EndpointError::io(&self.shared.name, None, "the session pool shut down")))
     }

@@ -331,19 +331,7 @@ impl Shared {
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
             self.resending.fetch_add(1, Ordering::SeqCst);
-            self.push(
-                Job {
-                    op,
-                    reply: Reply::new(tx),
-                    attempts: 0,
-                    fresh_from: 0,
-                    hedge: false,
-                    part: false,
-                    ahead: false,
-                    transient: 0,
-                },
-                true,
-            );
+            self.push(Job::new(op, Reply::new(tx), false), true);
             let this = Arc::clone(self);
             tokio::spawn(async move {
                 let r = rx.await.unwrap_or_else(|_| {
