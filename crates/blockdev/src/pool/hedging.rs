@@ -44,9 +44,9 @@ const HEDGE_MAX: Duration = Duration::from_secs(2);
 /// took 6-19 s; a whole duplicate is as slow on any one session of that
 /// path, parts on several idle ones are not (243 MiB copies: 16.5-26 s
 /// before, 9.5-12 s with parts on idle sessions only).
-pub(super) const PART_MIN: u32 = 256 << 10;
+const PART_MIN: u32 = 256 << 10;
 /// At most this many parts per straggler.
-pub(super) const PARTS_MAX: u32 = 8;
+const PARTS_MAX: u32 = 8;
 
 impl Shared {
     /// Hedging applies to this operation.

@@ -1235,6 +1235,10 @@ impl Controller {
             )
         };
         self.since_change = self.since_change.saturating_add(1);
+        // Whether a session lost segments in the interval (see
+        // [`Signals::losses`]); `None` when an active session has no TCP
+        // counters.
+        let losses = transport.as_ref().map(|t| t.retransmits + t.out_of_order > 0);
         // A warm-up that settled on a path with room, with the sessions'
         // windows no longer growing fast, and without a loss (a segment we
         // retransmitted, or one that reached us out of order: where we
@@ -1250,7 +1254,7 @@ impl Controller {
                 && l.bytes_per_s.is_finite()
                 && l.bytes_per_s > 0.0
                 && standing_queue == Some(false)
-                && transport.as_ref().is_some_and(|t| t.retransmits == 0 && t.out_of_order == 0)
+                && losses == Some(false)
         });
         let mut sample = IntervalSample {
             t_s: now.saturating_duration_since(self.start).as_secs_f64(),
@@ -1286,7 +1290,6 @@ impl Controller {
             let signals = if self.config.signals {
                 // At the user's rate cap the "queue" is the cap's.
                 let base_share = if capped { None } else { counters.base_share_over(self.path_base_s) };
-                let losses = transport.as_ref().map(|t| t.retransmits + t.out_of_order > 0);
                 Signals { standing_queue, coarse, base_share, losses }
             } else {
                 Signals::default()
