@@ -63,13 +63,23 @@ fn limited_nbdkit(size: u64, extra: &[String]) -> (Peer, String) {
     peers::nbdkit_tcp(free_port(), &args)
 }
 
-/// A report's intervals as (t, N, Mbit/s), for failure messages.
-fn trail(r: &serde_json::Value) -> Vec<(f64, u64, f64)> {
+/// A report's intervals as (t, N, Mbit/s, standing queue, segments lost),
+/// for failure messages: the last two are what the tuner's re-tuning rules
+/// read besides goodput.
+fn trail(r: &serde_json::Value) -> Vec<(f64, u64, f64, serde_json::Value, u64)> {
     r["samples"]
         .as_array()
         .expect("samples")
         .iter()
-        .map(|s| (s["t_s"].as_f64().unwrap(), s["n"].as_u64().unwrap(), s["goodput_mbps"].as_f64().unwrap()))
+        .map(|s| {
+            (
+                s["t_s"].as_f64().unwrap(),
+                s["n"].as_u64().unwrap(),
+                s["goodput_mbps"].as_f64().unwrap(),
+                s["standing_queue"].clone(),
+                s["retransmits"].as_u64().unwrap_or(0) + s["out_of_order"].as_u64().unwrap_or(0),
+            )
+        })
         .collect()
 }
 
@@ -87,7 +97,7 @@ fn auto_ends_at_the_known_best_n() {
     let final_n = r["connections"].as_u64().unwrap();
     assert!(
         (KNEE..=top(KNEE)).contains(&final_n),
-        "auto ended at N = {final_n}; the best N is {KNEE} (at most {}): samples (t, N, Mbit/s) {summary:?}",
+        "auto ended at N = {final_n}; the best N is {KNEE} (at most {}): samples (t, N, Mbit/s, queue, lost) {summary:?}",
         top(KNEE)
     );
     assert_eq!(r["tuning"]["current_n"], final_n, "the report's N is the tuner's");
@@ -175,14 +185,14 @@ fn auto_tunes_again_when_the_limit_changes() {
     let (t_change, n_before) = changed_at.unwrap_or_else(|| {
         panic!(
             "N never held still for 2 s at {KNEE}..={} (the best N and one step above): samples (t, N, \
-             Mbit/s) {samples:?}",
+             Mbit/s, queue, lost) {samples:?}",
             top(KNEE)
         )
     });
     assert!(
         (KNEE..=top(KNEE)).contains(&n_before),
         "N held at {n_before} before the change at {t_change:.1} s; the best N was {KNEE}: samples (t, N, \
-         Mbit/s) {samples:?}"
+         Mbit/s, queue, lost) {samples:?}"
     );
     assert_eq!(sha.as_deref(), Some(pattern_sha256(SIZE).as_str()), "the data is nbdkit's pattern");
     // The tuner's decisions (N, Mbit/s, next N), for the messages below.
@@ -197,13 +207,13 @@ fn auto_tunes_again_when_the_limit_changes() {
         .collect();
     let knee = TOTAL / LOWER;
     let final_n = r["connections"].as_u64().unwrap();
-    let after: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t >= t_change).collect();
-    let before: Vec<&(f64, u64, f64)> = samples.iter().filter(|(t, _, _)| *t < t_change).collect();
+    let after: Vec<_> = samples.iter().filter(|s| s.0 >= t_change).collect();
+    let before: Vec<_> = samples.iter().filter(|s| s.0 < t_change).collect();
     let retunes = &r["tuning"]["retunes"];
     assert!(
         (knee..=top(knee)).contains(&final_n),
         "after the limit fell at {t_change:.1} s auto ended at N = {final_n}; the best N is {knee}: samples \
-         since (t, N, Mbit/s) {after:?}; decisions (N, Mbit/s, next N) {steps:?}; re-tunes {retunes}; samples \
+         since (t, N, Mbit/s, queue, lost) {after:?}; decisions (N, Mbit/s, next N) {steps:?}; re-tunes {retunes}; samples \
          before {before:?}"
     );
 }
