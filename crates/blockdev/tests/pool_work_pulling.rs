@@ -182,6 +182,40 @@ async fn a_large_straggler_is_duplicated_in_parts_over_the_idle_sessions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_aborts_a_session_that_only_carries_answered_stragglers() {
+    // Session 0 holds its read; session 1 carries the rest and, idle, the
+    // held read's duplicate, which answers it. Closing the pool then must
+    // not wait for session 0 (its only request in flight is one nobody
+    // needs: on a lossy path such an original needs seconds more, and the
+    // close waited its 10 s bound): it is aborted, session 1 closed.
+    let (stuck, start) = (Gate::new(), Gate::new());
+    let c = TestConnector::new(
+        8 << 20,
+        vec![
+            Behaviour { close_waits: true, ..Behaviour::gated(&stuck) },
+            Behaviour { close_waits: true, ..Behaviour::gated(&start) },
+        ],
+    );
+    c.store.write(0, data(0, 2 << 20, 7), false).await.unwrap();
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 2 << 20).await }
+    });
+    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
+    start.open();
+    let got = within("the read (the held request was not hedged)", read).await.unwrap().unwrap();
+    assert_data(&got, 0, 7);
+    assert_eq!(pool.snapshot().hedges_won, 1, "{:?}", pool.snapshot());
+    within("close", pool.close()).await.unwrap();
+    assert_eq!(c.ended(0), (0, 1), "session 0 (closes, aborts)");
+    assert_eq!(c.ended(1), (1, 0), "session 1 (closes, aborts)");
+    stuck.open();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_not_hedged_unless_asked() {
     // Two pools, each with a session 0 that holds its write and a session
     // 1 that starts once it does: pool `reads` hedges reads only (the

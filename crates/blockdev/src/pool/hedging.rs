@@ -76,6 +76,14 @@ impl Shared {
         id
     }
 
+    /// How many of the requests in flight on `session` nobody needs any
+    /// more ([`Reply::unwanted`]: the originals of hedged stragglers, or
+    /// parts of one whose original answered). Only hedgeable requests are
+    /// tracked; any other is taken as needed.
+    pub(super) fn unwanted_in_flight(&self, session: usize) -> usize {
+        lock(&self.running).iter().filter(|r| r.session == session && r.reply.unwanted()).count()
+    }
+
     /// The request `id` finished after `took`; a completion that moved
     /// `payload` bytes (more than 0) counts in the mean completion time.
     pub(super) fn finished(&self, id: u64, payload: u64, took: Duration) {

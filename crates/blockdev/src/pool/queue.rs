@@ -66,6 +66,13 @@ impl Reply {
         lock(&self.tx).is_none()
     }
 
+    /// Nobody needs this request's answer any more: a copy of it already
+    /// answered, or its caller stopped waiting (the gathering of a hedged
+    /// request's parts, once the original answered).
+    pub(super) fn unwanted(&self) -> bool {
+        lock(&self.tx).as_ref().is_none_or(oneshot::Sender::is_closed)
+    }
+
     /// Delivers `r` unless a copy already did; true if this call delivered.
     pub(super) fn deliver(&self, r: Result<Done>) -> bool {
         match lock(&self.tx).take() {

@@ -148,6 +148,11 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
         let payload = job.op.payload();
         // Only completions count in the mean completion time.
         shared.finished(id, if r.is_ok() { payload } else { 0 }, started.elapsed());
+        if r.is_err() && shared.closed.load(Ordering::SeqCst) && job.reply.unwanted() {
+            // A straggler nobody needs, cut off when the pool closed (see
+            // `close`): not a session failure.
+            return;
+        }
         let r: Result<Done> = match r {
             Ok(d) => Ok(d),
             Err(None) => {

@@ -62,6 +62,9 @@ pub struct Behaviour {
     /// Every request (flush and block status too) waits until this gate
     /// is open.
     pub gate: Option<Arc<Gate>>,
+    /// `close` waits for the requests in flight, as a real session's does
+    /// (by default it returns at once); `abort` fails them either way.
+    pub close_waits: bool,
 }
 
 impl Behaviour {
@@ -82,6 +85,9 @@ struct Counts {
     completed: Vec<u64>,
     /// Connection failures injected.
     failures: usize,
+    /// `close` and `abort` calls, by session.
+    closes: Vec<usize>,
+    aborts: Vec<usize>,
 }
 
 /// The sessions' shared view of what happened, with a signal on change.
@@ -96,7 +102,7 @@ impl Probe {
         {
             let mut guard = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let c = &mut *guard;
-            for v in [&mut c.started, &mut c.running] {
+            for v in [&mut c.started, &mut c.running, &mut c.closes, &mut c.aborts] {
                 if v.len() <= session {
                     v.resize(session + 1, 0);
                 }
@@ -169,6 +175,11 @@ impl TestConnector {
         self.counts(|c| c.failures)
     }
 
+    /// How often session `i` was closed and aborted.
+    pub fn ended(&self, i: usize) -> (usize, usize) {
+        self.counts(|c| (c.closes.get(i).copied().unwrap_or(0), c.aborts.get(i).copied().unwrap_or(0)))
+    }
+
     /// Waits until `cond` holds; it is checked whenever a session starts,
     /// finishes or fails a request.
     ///
@@ -198,6 +209,8 @@ pub struct TestSession {
     peak_per_session: Arc<AtomicUsize>,
     pacing: Arc<Mutex<Vec<Option<u64>>>>,
     probe: Arc<Probe>,
+    /// Set by `abort`: held requests fail.
+    aborted: watch::Sender<bool>,
 }
 
 #[async_trait]
@@ -222,6 +235,7 @@ impl Connector for TestConnector {
             peak_per_session: Arc::clone(&self.peak_per_session),
             pacing: Arc::clone(&self.pacing),
             probe: Arc::clone(&self.probe),
+            aborted: watch::Sender::new(false),
         }))
     }
 }
@@ -236,11 +250,21 @@ impl TestSession {
             c.started[i] += 1;
             c.running[i] += 1;
         });
-        self.hold().await;
-        if let Some(d) = self.b.delay {
-            tokio::time::sleep(d).await;
-        }
+        let mut aborted = self.aborted.subscribe();
+        let cut = tokio::select! {
+            () = async {
+                self.hold().await;
+                if let Some(d) = self.b.delay {
+                    tokio::time::sleep(d).await;
+                }
+            } => false,
+            _ = aborted.wait_for(|a| *a) => true,
+        };
         self.running.fetch_sub(1, Ordering::SeqCst);
+        if cut {
+            self.probe.update(self.index, |c, i| c.running[i] -= 1);
+            return Err(EndpointError::io("test://store", Some(offset), "aborted"));
+        }
         let fail = self.b.fail_after.is_some_and(|f| n >= f);
         self.probe.update(self.index, |c, i| {
             c.running[i] -= 1;
@@ -268,6 +292,22 @@ impl TestSession {
 impl Endpoint for TestSession {
     fn name(&self) -> &str {
         "test://store"
+    }
+    async fn close(&self) -> Result<()> {
+        self.probe.update(self.index, |c, i| c.closes[i] += 1);
+        if self.b.close_waits {
+            let mut rx = self.probe.changed.subscribe();
+            while self.running.load(Ordering::SeqCst) > 0 {
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+    async fn abort(&self) {
+        self.probe.update(self.index, |c, i| c.aborts[i] += 1);
+        self.aborted.send_replace(true);
     }
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
         let mut p = self.pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
