@@ -458,7 +458,11 @@ fn sessions_under_loss_are_scored_after_their_first_losses() {
         (c, sim)
     };
     let high = |c: &Controller, sim: &SessionSim| {
-        used(c.samples()).filter(|s| s.tuner_mbps() > 1.15 * mbps(sim.steady_goodput(s.n))).count()
+        // The overshoot reads many times the level; the first half second
+        // after a warm-up ended on losses may still read up to a fifth
+        // above it (the windows' decline ends later; 1.17 at N = 4 once
+        // the step-up stopped doubling its intervals under loss).
+        used(c.samples()).filter(|s| s.tuner_mbps() > 1.25 * mbps(sim.steady_goodput(s.n))).count()
     };
     let (c, sim) = run(wanblk_tune::SETTLE_MAX);
     show("settling", c.samples());
@@ -469,6 +473,39 @@ fn sessions_under_loss_are_scored_after_their_first_losses() {
     let (c, sim) = run(Duration::ZERO);
     show("no settling", c.samples());
     assert!(high(&c, &sim) > 0, "the check above cannot fail");
+}
+
+/// Stepping up a lossy path with room (loss holds each window to 64 KiB)
+/// on a server whose replies come in bursts: the halves of an interval
+/// differ, but while the search steps up with losses and no queue the
+/// interval is not doubled (on cubic 0.1 % the doubling made the points at
+/// 4 and 16 sessions 2 s each of a 10 s copy). Without the losses the same
+/// bursts double it, as the halves rule is for.
+#[test]
+fn stepping_up_under_loss_keeps_intervals_short() {
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1_000.0, 100.0, 6.0 * 1_048_576.0) };
+    let longest_up = |lossy: bool| {
+        let sim = SessionSim::new(path, limits(), Instant::now()).with_bursts(7, 0.3, 0.4);
+        let mut sim = if lossy { sim.with_loss_window(65_536.0, 16.0) } else { sim };
+        let mut c = start(tuned(), &mut sim);
+        let mut longest: f64 = 0.0;
+        while sim.elapsed_s() < 20.0 && c.tuner().unwrap().phase() == Phase::BracketUp {
+            let before = c.samples().len();
+            let until = sim.elapsed_s() + 0.05;
+            drive(&mut c, &mut sim, until);
+            for s in &c.samples()[before..] {
+                if !s.discarded {
+                    longest = longest.max(s.duration_s);
+                }
+            }
+        }
+        show(if lossy { "lossy, bursts" } else { "bursts" }, c.samples());
+        longest
+    };
+    let lossy = longest_up(true);
+    assert!(lossy < 0.8, "a measured interval of the step-up lasted {lossy} s");
+    let clean = longest_up(false);
+    assert!(clean > 0.8, "the check above cannot fail: {clean} s without losses");
 }
 
 /// Loopback: 10 Gbit/s at 0.2 ms RTT with 4 MiB windows, one session
