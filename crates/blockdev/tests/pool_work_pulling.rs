@@ -15,6 +15,39 @@ use common::{Behaviour, Gate, TestConnector, assert_data, data, within};
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::{Hedge, Pool, PoolConfig};
 
+/// Two sessions, one request slot each, 1 MiB requests: session 0 holds
+/// the first request it takes until the returned gate opens, session 1
+/// starts once it holds it. Reads 2 MiB written with `seed` and checks
+/// the data: the read completes only if session 1, out of work, ran a
+/// copy of the held request. `close_waits`: the sessions' `close` waits
+/// for their requests, as a real session's does.
+async fn read_past_a_held_request(
+    close_waits: bool,
+    seed: u64,
+) -> (Arc<TestConnector>, Arc<Pool>, Arc<Gate>) {
+    let (stuck, start) = (Gate::new(), Gate::new());
+    let c = TestConnector::new(
+        8 << 20,
+        vec![
+            Behaviour { close_waits, ..Behaviour::gated(&stuck) },
+            Behaviour { close_waits, ..Behaviour::gated(&start) },
+        ],
+    );
+    c.store.write(0, data(0, 2 << 20, seed), false).await.unwrap();
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let read = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.read(0, 2 << 20).await }
+    });
+    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
+    start.open();
+    let got = within("the read (the held request was not hedged)", read).await.unwrap().unwrap();
+    assert_data(&got, 0, seed);
+    (c, pool, stuck)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_session_carries_less() {
     // Session 0 holds the first request it takes until the three others
@@ -125,21 +158,7 @@ async fn an_idle_session_hedges_a_straggler() {
     // session 1 starts only once session 0 holds its request, so each
     // takes one. The read completes only if session 1, out of work, runs
     // a copy of the stuck request: and the copy must read the same place.
-    let stuck = Gate::new();
-    let start = Gate::new();
-    let c = TestConnector::new(8 << 20, vec![Behaviour::gated(&stuck), Behaviour::gated(&start)]);
-    c.store.write(0, data(0, 2 << 20, 4), false).await.unwrap();
-    let cfg =
-        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
-    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
-    let read = tokio::spawn({
-        let p = Arc::clone(&pool);
-        async move { p.read(0, 2 << 20).await }
-    });
-    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
-    start.open();
-    let got = within("the read (the stuck request was not hedged)", read).await.unwrap().unwrap();
-    assert_data(&got, 0, 4);
+    let (_c, pool, stuck) = read_past_a_held_request(false, 4).await;
     let st = pool.snapshot();
     assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
     stuck.open();
@@ -188,26 +207,7 @@ async fn closing_aborts_a_session_that_only_carries_answered_stragglers() {
     // not wait for session 0 (its only request in flight is one nobody
     // needs: on a lossy path such an original needs seconds more, and the
     // close waited its 10 s bound): it is aborted, session 1 closed.
-    let (stuck, start) = (Gate::new(), Gate::new());
-    let c = TestConnector::new(
-        8 << 20,
-        vec![
-            Behaviour { close_waits: true, ..Behaviour::gated(&stuck) },
-            Behaviour { close_waits: true, ..Behaviour::gated(&start) },
-        ],
-    );
-    c.store.write(0, data(0, 2 << 20, 7), false).await.unwrap();
-    let cfg =
-        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
-    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
-    let read = tokio::spawn({
-        let p = Arc::clone(&pool);
-        async move { p.read(0, 2 << 20).await }
-    });
-    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
-    start.open();
-    let got = within("the read (the held request was not hedged)", read).await.unwrap().unwrap();
-    assert_data(&got, 0, 7);
+    let (c, pool, stuck) = read_past_a_held_request(true, 7).await;
     assert_eq!(pool.snapshot().hedges_won, 1, "{:?}", pool.snapshot());
     within("close", pool.close()).await.unwrap();
     assert_eq!(c.ended(0), (0, 1), "session 0 (closes, aborts)");
