@@ -107,6 +107,13 @@ pub struct Row {
     pub progress: Vec<wanblk_tune::control::ProgressPoint>,
 }
 
+impl Row {
+    /// Steady goodput if known, else the whole run's.
+    fn steady_or_whole(&self) -> f64 {
+        self.steady_mbps.unwrap_or(self.goodput_mbps)
+    }
+}
+
 fn buffers_label(p: SysctlProfile) -> String {
     match p {
         SysctlProfile::Default => "default".into(),
@@ -391,12 +398,11 @@ fn path_experiments(
         // a lossy path sessions straggle (stop 32: the best fixed N read
         // 230 Mbit/s over 10 s at cubic 0.1 %, auto 219 over its image),
         // so auto is also set beside a fixed N that copies what it copies.
-        let steady = |r: &Row| r.steady_mbps.unwrap_or(r.goodput_mbps);
         let best = rec
             .rows
             .iter()
             .filter(|r| r.scenario == "fixed-n" && r.path == spec.label() && r.direction == dir)
-            .max_by(|a, b| steady(a).total_cmp(&steady(b)))
+            .max_by(|a, b| a.steady_or_whole().total_cmp(&b.steady_or_whole()))
             .and_then(|r| r.n);
         if let Some(n) = best {
             let ns = n.to_string();
@@ -427,7 +433,7 @@ fn path_experiments(
         let fixed_pts: Vec<(f64, f64)> = rows
             .iter()
             .filter(|r| r.scenario == "fixed-n")
-            .filter_map(|r| Some((r.n? as f64, r.steady_mbps.unwrap_or(r.goodput_mbps))))
+            .filter_map(|r| Some((r.n? as f64, r.steady_or_whole())))
             .collect();
         if fixed_pts.is_empty() {
             continue;
@@ -625,8 +631,7 @@ fn grid_chart(
             "nbdcopy" if r.tool == "nbdcopy" => "nbdcopy default".into(),
             _ => continue,
         };
-        let y =
-            if r.scenario == "fixed-n" { r.steady_mbps.unwrap_or(r.goodput_mbps) } else { r.goodput_mbps };
+        let y = if r.scenario == "fixed-n" { r.steady_or_whole() } else { r.goodput_mbps };
         series.entry(name).or_default().push((xv, y));
     }
     let mut ceil: Vec<(f64, f64)> = Vec::new();

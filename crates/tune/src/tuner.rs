@@ -947,8 +947,8 @@ impl Tuner {
         // hold at 4 then read 380-400, 20 % below 517, restarted the search,
         // and the copy ended at 16). A real fall at the start of the hold
         // stays a fall from the plateau's level.
-        let others = self.measured.range(m.n + 1..).map(|(_, g)| *g).fold(f64::NAN, f64::max);
-        let level = if others.is_finite() { m.own.min(others) } else { m.own };
+        let others = self.measured.range(m.n + 1..).map(|(_, g)| *g).reduce(f64::max);
+        let level = others.map_or(m.own, |o| m.own.min(o));
         self.state = State::Converged(Hold {
             level,
             level_samples: 1,

@@ -261,15 +261,14 @@ impl TestSession {
             _ = aborted.wait_for(|a| *a) => true,
         };
         self.running.fetch_sub(1, Ordering::SeqCst);
-        if cut {
-            self.probe.update(self.index, |c, i| c.running[i] -= 1);
-            return Err(EndpointError::io("test://store", Some(offset), "aborted"));
-        }
-        let fail = self.b.fail_after.is_some_and(|f| n >= f);
+        let fail = !cut && self.b.fail_after.is_some_and(|f| n >= f);
         self.probe.update(self.index, |c, i| {
             c.running[i] -= 1;
             c.failures += usize::from(fail);
         });
+        if cut {
+            return Err(EndpointError::io("test://store", Some(offset), "aborted"));
+        }
         if fail {
             return Err(EndpointError::io("test://store", Some(offset), "connection reset by peer"));
         }
