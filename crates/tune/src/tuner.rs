@@ -298,6 +298,15 @@ const GOLDEN_TIES: u8 = 2;
 /// a ramp could pass for one.
 const TIE_BAND: f64 = 0.15;
 
+/// How many times the estimate of the sessions that fill the plateau at
+/// the rate a session keeps under random loss the tuner holds, when the
+/// knee search finds its readings eroding ([`Tuner::erosion`]). The
+/// estimate comes from a probe of a few sessions, and what a session keeps
+/// falls as more share the path (cubic at 0.01 %, 1 Gbit/s, 100 ms: 8
+/// sessions keep 61 Mbit/s each, 16 keep 45, 32 keep 28, 64 fill the
+/// link); too few sessions under loss cost more than too many.
+const EROSION_MARGIN: f64 = 2.0;
+
 /// Estimate of the relative measurement noise, from pairs of consecutive
 /// samples at the same N: for a pair (a, b) the relative difference
 /// `d = 2 (b - a) / (a + b)` has standard deviation `sqrt 2 sigma`.
@@ -727,6 +736,23 @@ impl Tuner {
         band.is_finite() && (g - r.reference).abs() <= band * r.reference
     }
 
+    /// The knee probe `n` being decided on fell short of the plateau `hi`,
+    /// its sessions each carried clearly less than those of the search's
+    /// lower end `lo` did (`lo_g` in all, seconds earlier), and they lost
+    /// segments with no queue standing (or none it could tell: a knee
+    /// probe's first interval after the drain often cannot): the readings
+    /// erode with time (random loss cutting windows that slow start grew),
+    /// not with N. With room, each session of a window-limited ramp carries
+    /// the same.
+    fn erosion(&self, n: usize, g: f64, lo: usize, lo_g: f64, hi: &Point) -> bool {
+        let bar = 1.0 - 2.0 * self.cfg.tolerance - self.noise();
+        self.signals.losses == Some(true)
+            && self.signals.standing_queue != Some(true)
+            && lo > 0
+            && g < hi.reference * (1.0 - self.plateau_margin())
+            && g / (n as f64) < lo_g / (lo as f64) * bar
+    }
+
     /// `g`, measured at N divided by alpha, is at least as good as
     /// `reference` within the tolerance: ties go to fewer sessions. Safe
     /// because the step is a whole factor alpha: where more sessions help
@@ -882,6 +908,29 @@ impl Tuner {
                     *t = ties;
                 }
                 next
+            }
+            State::Knee { lo, lo_g: Some(lg), hi, .. } if self.erosion(n, g, lo, lg, &hi) => {
+                // The probe's sessions each carried clearly less than the
+                // search's lower end's did seconds earlier, and lost segments
+                // with room: the ramp's readings were windows not yet cut by
+                // the path's random loss (cubic at 0.01 %: 4 sessions read
+                // 800 Mbit/s 2 s into the copy, 5 read 158 at 15 s, 10 read
+                // 473 at 8.6 s where 4 had read 386 at 3.4 s; 8
+                // keep 487 and 32 keep 890), and the plateau's fewest
+                // sessions were read the same way (16 held there fell from
+                // 970 to 730 over 5 s before the hold searched again). What
+                // a session keeps is about what this probe's sessions carry
+                // now: hold [`EROSION_MARGIN`] times the N that fills the
+                // plateau at that rate (the hold searches again if it reads
+                // below the peak with room).
+                let per_session = g / n as f64;
+                let fill = (hi.reference / per_session * EROSION_MARGIN).ceil();
+                let target = if fill.is_finite() && fill < self.cfg.n_max as f64 {
+                    (fill as usize).max(hi.n)
+                } else {
+                    self.cfg.n_max
+                };
+                self.converge(Point { reference: hi.reference, ..Point::at(target, hi.reference) })
             }
             State::Knee { lo, hi, .. }
                 if model
@@ -1625,6 +1674,55 @@ mod tests {
         };
         assert_eq!(held(None), held(Some(false)));
         assert_ne!(held(Some(true)), held(Some(false)), "the check above cannot fail");
+    }
+
+    /// A path with random loss: every session carries `early` Mbit/s for
+    /// the first `fresh` intervals (slow start, windows not yet cut), then
+    /// `kept`; the link carries 956. Losses in every interval. Returns the
+    /// N the tuner holds and the points it decided on.
+    fn eroding_path(
+        early: f64,
+        kept: f64,
+        fresh: usize,
+        losses: Option<bool>,
+    ) -> (Option<usize>, Vec<usize>) {
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        for i in 0..100 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            let per = if i < fresh { early } else { kept };
+            let g = (n as f64 * per).min(956.0);
+            let signals =
+                Signals { standing_queue: Some(n as f64 * per > 956.0), losses, ..Signals::default() };
+            t.observe_with(sample(n, g), signals);
+        }
+        (t.converged(), t.report().steps.iter().map(|s| s.n).collect())
+    }
+
+    #[test]
+    fn a_knee_probe_that_finds_the_readings_eroded_holds_what_fills_the_path_at_the_kept_rate() {
+        // Cubic at 0.01 % (the loss grid): 4 sessions read 800 early, 16
+        // fill the link, and the knee probe below it, seconds later, reads
+        // what a session keeps, 28 Mbit/s (32 sessions keep 890).
+        let (n, trail) = eroding_path(200.0, 28.0, 2, Some(true));
+        let n = n.expect("converged");
+        assert!((35..=70).contains(&n), "held {n} where 35 fill the path at the kept rate: {trail:?}");
+        // Another copy: 4 read only 386 early, the probe at 10 read more in
+        // all (473) but each of its sessions half of what 4's had.
+        let (n, trail) = eroding_path(96.5, 47.3, 2, Some(true));
+        let n = n.expect("converged");
+        assert!((20..=50).contains(&n), "held {n} where 20 fill the path at the kept rate: {trail:?}");
+        // bbr keeps its rate under random loss: the knee search goes on to
+        // the fewest sessions that fill the link.
+        let (n, trail) = eroding_path(200.0, 200.0, 2, Some(true));
+        assert!(matches!(n, Some(4..=6)), "held {n:?}: {trail:?}");
+        // Without a loss the same fall is not read as erosion (a loss-free
+        // path does not cut windows): the knee search's old answer.
+        let (n, trail) = eroding_path(200.0, 28.0, 2, Some(false));
+        assert_eq!(n, Some(16), "{trail:?}");
     }
 
     /// The samples of a copy caught mid-search in CI (nbdkit's rate filter:
