@@ -682,14 +682,22 @@ impl Tuner {
     /// estimate or when off.
     fn noise_margin(&self, count: u32) -> f64 {
         let on = self.cfg.resample.is_some_and(|r| r.beyond_noise);
-        match (on, self.noise.estimate(), self.reference_point()) {
-            (true, Some(sigma), Some(r)) => {
-                let var = 1.0 / f64::from(count.max(1)) + 1.0 / f64::from(r.count.max(1));
-                let m = (NOISE_SIGMAS * sigma * var.sqrt()).min(self.cfg.tolerance);
-                if m.is_finite() { m } else { 0.0 }
-            }
+        match (on, self.reference_point()) {
+            (true, Some(r)) => self
+                .noise_band(count, r.count)
+                .map(|b| b.min(self.cfg.tolerance))
+                .filter(|m| m.is_finite())
+                .unwrap_or(0.0),
             _ => 0.0,
         }
+    }
+
+    /// [`NOISE_SIGMAS`] standard errors of the difference between two means
+    /// of `a` and `b` samples, relative; `None` without a noise estimate.
+    fn noise_band(&self, a: u32, b: u32) -> Option<f64> {
+        let sigma = self.noise.estimate()?;
+        let var = 1.0 / f64::from(a.max(1)) + 1.0 / f64::from(b.max(1));
+        Some(NOISE_SIGMAS * sigma * var.sqrt())
     }
 
     /// How far below a plateau's level a point may read and still be on
@@ -733,10 +741,8 @@ impl Tuner {
     /// standard errors of the difference of the two, at least the
     /// tolerance and at most [`TIE_BAND`]. False without a noise estimate.
     fn within_noise(&self, g: f64, count: u32, r: Point) -> bool {
-        let Some(sigma) = self.noise.estimate() else { return false };
-        let var = 1.0 / f64::from(count.max(1)) + 1.0 / f64::from(r.count.max(1));
-        let band =
-            (NOISE_SIGMAS * sigma * var.sqrt()).clamp(self.cfg.tolerance, TIE_BAND.max(self.cfg.tolerance));
+        let Some(band) = self.noise_band(count, r.count) else { return false };
+        let band = band.clamp(self.cfg.tolerance, TIE_BAND.max(self.cfg.tolerance));
         band.is_finite() && (g - r.reference).abs() <= band * r.reference
     }
 
@@ -939,7 +945,7 @@ impl Tuner {
                 } else {
                     self.cfg.n_max
                 };
-                self.converge(Point { reference: hi.reference, ..Point::at(target, hi.reference) })
+                self.converge(Point::at(target, hi.reference))
             }
             State::Knee { lo, hi, .. }
                 if model
