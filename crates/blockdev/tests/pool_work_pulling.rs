@@ -15,37 +15,55 @@ use common::{Behaviour, Gate, TestConnector, assert_data, data, within};
 use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::{Hedge, Pool, PoolConfig};
 
-/// Two sessions, one request slot each, 1 MiB requests: session 0 holds
-/// the first request it takes until the returned gate opens, session 1
-/// starts once it holds it. Reads 2 MiB written with `seed` and checks
-/// the data: the read completes only if session 1, out of work, ran a
-/// copy of the held request. `close_waits`: the sessions' `close` waits
-/// for their requests, as a real session's does.
+/// Sessions of `behaviours(stuck, start)` (one each), one request slot
+/// each, requests of `request` bytes: session 0 must hold the first request
+/// it takes until the returned gate `stuck` opens, the others must start
+/// only once `start` opens, which happens when session 0 holds it. Reads
+/// `len` bytes written with `seed` and checks the data: the read completes
+/// only if an idle session ran a copy of the held request.
 async fn read_past_a_held_request(
-    close_waits: bool,
+    behaviours: impl FnOnce(&Arc<Gate>, &Arc<Gate>) -> Vec<Behaviour>,
+    request: u32,
+    len: u32,
     seed: u64,
 ) -> (Arc<TestConnector>, Arc<Pool>, Arc<Gate>) {
     let (stuck, start) = (Gate::new(), Gate::new());
-    let c = TestConnector::new(
-        8 << 20,
-        vec![
-            Behaviour { close_waits, ..Behaviour::gated(&stuck) },
-            Behaviour { close_waits, ..Behaviour::gated(&start) },
-        ],
-    );
-    c.store.write(0, data(0, 2 << 20, seed), false).await.unwrap();
-    let cfg =
-        PoolConfig { initial_sessions: 2, max_request_bytes: 1 << 20, max_depth: 1, ..Default::default() };
+    let behaviours = behaviours(&stuck, &start);
+    let sessions = behaviours.len();
+    let c = TestConnector::new(2 * u64::from(len), behaviours);
+    c.store.write(0, data(0, len as usize, seed), false).await.unwrap();
+    let cfg = PoolConfig {
+        initial_sessions: sessions,
+        max_request_bytes: request,
+        max_depth: 1,
+        ..Default::default()
+    };
     let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
     let read = tokio::spawn({
         let p = Arc::clone(&pool);
-        async move { p.read(0, 2 << 20).await }
+        async move { p.read(0, len).await }
     });
     c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
     start.open();
     let got = within("the read (the held request was not hedged)", read).await.unwrap().unwrap();
     assert_data(&got, 0, seed);
     (c, pool, stuck)
+}
+
+/// Two sessions, 1 MiB requests, a 2 MiB read (see
+/// [`read_past_a_held_request`]); `close_waits`: the sessions' `close`
+/// waits for their requests, as a real session's does.
+async fn two_sessions_past_a_held_request(
+    close_waits: bool,
+    seed: u64,
+) -> (Arc<TestConnector>, Arc<Pool>, Arc<Gate>) {
+    let two = |stuck: &Arc<Gate>, start: &Arc<Gate>| {
+        vec![
+            Behaviour { close_waits, ..Behaviour::gated(stuck) },
+            Behaviour { close_waits, ..Behaviour::gated(start) },
+        ]
+    };
+    read_past_a_held_request(two, 1 << 20, 2 << 20, seed).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +176,7 @@ async fn an_idle_session_hedges_a_straggler() {
     // session 1 starts only once session 0 holds its request, so each
     // takes one. The read completes only if session 1, out of work, runs
     // a copy of the stuck request: and the copy must read the same place.
-    let (_c, pool, stuck) = read_past_a_held_request(false, 4).await;
+    let (_c, pool, stuck) = two_sessions_past_a_held_request(false, 4).await;
     let st = pool.snapshot();
     assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
     stuck.open();
@@ -172,24 +190,13 @@ async fn a_large_straggler_is_duplicated_in_parts_over_the_idle_sessions() {
     // each part lands where it belongs, the read counts once, and more than
     // one idle session carries a part (each request takes 100 ms there, so
     // one session cannot take every part before the others wake up).
-    let stuck = Gate::new();
-    let start = Gate::new();
-    let mut behaviours = vec![Behaviour::gated(&stuck)];
-    let slow = Behaviour { delay: Some(Duration::from_millis(100)), ..Behaviour::gated(&start) };
-    behaviours.extend(vec![slow; 3]);
-    let c = TestConnector::new(16 << 20, behaviours);
-    c.store.write(0, data(0, 8 << 20, 6), false).await.unwrap();
-    let cfg =
-        PoolConfig { initial_sessions: 4, max_request_bytes: 2 << 20, max_depth: 1, ..Default::default() };
-    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
-    let read = tokio::spawn({
-        let p = Arc::clone(&pool);
-        async move { p.read(0, 8 << 20).await }
-    });
-    c.wait_for("session 0 holds a request", |c| c.running(0) == 1).await;
-    start.open();
-    let got = within("the read (the stuck request was not hedged)", read).await.unwrap().unwrap();
-    assert_data(&got, 0, 6);
+    let one_held_three_slow = |stuck: &Arc<Gate>, start: &Arc<Gate>| {
+        let slow = Behaviour { delay: Some(Duration::from_millis(100)), ..Behaviour::gated(start) };
+        let mut behaviours = vec![Behaviour::gated(stuck)];
+        behaviours.extend(vec![slow; 3]);
+        behaviours
+    };
+    let (c, pool, stuck) = read_past_a_held_request(one_held_three_slow, 2 << 20, 8 << 20, 6).await;
     let st = pool.snapshot();
     assert_eq!((st.hedged, st.hedges_won), (1, 1), "{st:?}");
     assert_eq!(pool.completed_bytes(), 8 << 20, "the read counts once: {st:?}");
@@ -207,7 +214,7 @@ async fn closing_aborts_a_session_that_only_carries_answered_stragglers() {
     // not wait for session 0 (its only request in flight is one nobody
     // needs: on a lossy path such an original needs seconds more, and the
     // close waited its 10 s bound): it is aborted, session 1 closed.
-    let (c, pool, stuck) = read_past_a_held_request(true, 7).await;
+    let (c, pool, stuck) = two_sessions_past_a_held_request(true, 7).await;
     assert_eq!(pool.snapshot().hedges_won, 1, "{:?}", pool.snapshot());
     within("close", pool.close()).await.unwrap();
     assert_eq!(c.ended(0), (0, 1), "session 0 (closes, aborts)");
