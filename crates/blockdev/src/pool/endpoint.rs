@@ -156,9 +156,11 @@ impl Endpoint for Pool {
         // requests finished, or is aborted if that takes longer than
         // CLOSE_BOUND: close never waits forever. A session whose requests
         // in flight nobody needs any more (the originals of stragglers a
-        // hedge already answered) is aborted at once: on a lossy path such
+        // hedge already answered) is aborted instead: on a lossy path such
         // an original can need many seconds more at a few Mbit/s (cubic at
         // 0.1 % loss: a 12 s copy exited after 22 s, CLOSE_BOUND later).
+        // Aborting is bounded and polite (NBD: NBD_CMD_DISC and at most a
+        // second of the server's answers; iSCSI: ABORT TASK, then logout).
         futures::future::join_all(sessions.iter().filter(|s| !s.failed.load(Ordering::SeqCst)).map(|s| {
             let in_flight = s.in_flight.load(Ordering::SeqCst);
             let unwanted = in_flight > 0 && self.shared.unwanted_in_flight(s.index) >= in_flight;

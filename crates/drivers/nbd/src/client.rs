@@ -339,6 +339,7 @@ struct State {
     /// The writer shuts the socket down once its queue is empty.
     shutdown: bool,
     writer_exited: bool,
+    reader_exited: bool,
 }
 
 struct Shared {
@@ -350,6 +351,7 @@ struct Shared {
     wake_writer: Notify,
     idle: Notify,
     writer_done: Notify,
+    reader_done: Notify,
 }
 
 impl Shared {
@@ -428,13 +430,20 @@ impl NbdSession {
                 closing: false,
                 shutdown: false,
                 writer_exited: false,
+                reader_exited: false,
             }),
             wake_writer: Notify::new(),
             idle: Notify::new(),
             writer_done: Notify::new(),
+            reader_done: Notify::new(),
         });
         tokio::spawn(writer(shared.clone(), w));
-        let reader = tokio::spawn(reader(shared.clone(), r, buf));
+        let reading = shared.clone();
+        let reader = tokio::spawn(async move {
+            reader(reading.clone(), r, buf).await;
+            reading.lock().reader_exited = true;
+            reading.reader_done.notify_waiters();
+        });
         NbdSession { shared, reader }
     }
 
@@ -530,6 +539,10 @@ async fn writer<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut w: W) {
     shared.lock().writer_exited = true;
     shared.writer_done.notify_waiters();
 }
+
+/// How long an aborted session reads what the server still sends before
+/// it drops the connection (see `abort`).
+const ABORT_DRAIN: Duration = Duration::from_secs(1);
 
 /// Smallest free space to read into.
 const READ_CHUNK: usize = 256 * 1024;
@@ -768,13 +781,27 @@ impl Endpoint for NbdSession {
     }
 
     async fn abort(&self) {
-        // NBD cannot cancel a request: drop the connection (every request
-        // in flight fails; the server sees the connection go).
-        self.shared.lock().closing = true;
-        self.shared.fail_all(ErrorKind::Io("aborted: a request passed its deadline".into()));
-        {
+        // NBD cannot cancel a request. Every request in flight fails here at
+        // once; the server is told NBD_CMD_DISC (it must still answer what it
+        // holds, and may cut that short) and its answers are read and dropped
+        // until it closes, for at most ABORT_DRAIN, before the connection
+        // goes. Dropping it under requests the server still holds is legal
+        // but makes the server's replies fail, and nbdkit 1.32 dies of that
+        // when two replies fail at once (an assertion in raw_send_socket).
+        let drained = self.shared.reader_done.notified();
+        let alive = {
             let mut st = self.shared.lock();
+            let alive = st.dead.is_none();
+            if alive {
+                let _ = st.client.disconnect();
+            }
+            st.closing = true;
             st.shutdown = true;
+            alive
+        };
+        self.shared.fail_all(ErrorKind::Io("aborted: a request passed its deadline".into()));
+        if alive && !self.shared.lock().reader_exited {
+            let _ = tokio::time::timeout(ABORT_DRAIN, drained).await;
         }
         if let Some(fd) = &self.shared.tcp {
             let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
