@@ -654,6 +654,49 @@ fn n_is_held_once_the_job_is_about_to_end() {
     assert!(later.windows(2).any(|w| w[0] != w[1]), "N moves after {t_end} s: {later:?}");
 }
 
+#[test]
+fn an_end_whose_forecast_fails_is_searched_again() {
+    // The same path and job as above; once the job is taken for ending,
+    // every session drops to 5 Mbit/s (as cubic's windows fall after the
+    // first losses of a warm-up that read high): what is left now needs
+    // many horizons, and more sessions carry it faster.
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
+    let run = |erode: bool| {
+        let mut sim = SessionSim::new(path, limits(), Instant::now());
+        let mut c = start(tuned(), &mut sim);
+        let total: u64 = 500_000_000;
+        let mut eroded_at = None;
+        while sim.elapsed_s() < 60.0 {
+            let t = c.poll_timeout();
+            sim.advance_to(t);
+            let mut k = sim.counters();
+            k.remaining_bytes = Some(total.saturating_sub(k.completed_bytes));
+            if k.remaining_bytes == Some(0) {
+                break;
+            }
+            if let Some(d) = c.on_timeout(t, &k) {
+                sim.apply(d);
+            }
+            if erode && eroded_at.is_none() && c.samples().last().is_some_and(|s| s.ending) {
+                sim.set_session_limit(5e6 / 8.0);
+                eroded_at = Some(c.samples().len());
+            }
+        }
+        (c, eroded_at)
+    };
+    let (c, at) = run(true);
+    show("an end that erodes", c.samples());
+    let at = at.expect("the job was taken for ending");
+    let held = c.samples()[at - 1].n;
+    let after = &c.samples()[at..];
+    let again = after.iter().position(|s| !s.ending).expect("the end is revoked");
+    assert!(after[again..].iter().any(|s| s.n > held), "N grows past {held} again: {after:?}");
+    // Unchanged, the same job holds N to the end (so the check above can fail).
+    let (c, _) = run(false);
+    let first = c.samples().iter().position(|s| s.ending).expect("it ends");
+    assert!(c.samples()[first..].iter().all(|s| s.ending), "{:?}", c.samples());
+}
+
 /// 1 Gbit/s, 100 ms RTT, 512 KiB windows (about 40 Mbit/s a session; 24
 /// fill the path): on the ramp a warm-up settles with room and without a
 /// retransmission, and the level it settled at is the point's measurement

@@ -307,12 +307,17 @@ pub const SETTLE_WINDOWS: usize = 3;
 /// [`ControllerConfig::demand_limited`]).
 pub const DEMAND_LIMITED: f64 = 0.5;
 /// A job with less left to move than this many round trips (at least
-/// [`END_MIN`]) carry at its goodput is ending: N is held from then on. A
+/// [`END_MIN`]) carry at its goodput is ending: N is held from then on
+/// (unless the forecast fails, [`END_REVOKE`]). A
 /// step of N pays connects, slow start and a measurement (or a drain)
 /// before it can pay off, which takes about this long.
 pub const END_RTTS: f64 = 20.0;
 /// The least time [`END_RTTS`] stands for.
 pub const END_MIN: Duration = Duration::from_secs(1);
+/// An ending job is searched again once what is left needs more than this
+/// many horizons at the latest interval's goodput (the horizon's forecast
+/// was wrong by that much).
+pub const END_REVOKE: f64 = 2.0;
 /// How often the drain and connect waits look at the sessions.
 pub const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// Shortest interval, whatever the policy says (so time always moves).
@@ -1324,10 +1329,19 @@ impl Controller {
                 .take_while(|s| s.t_s > since)
                 .map(|s| s.goodput_mbps * 1e6 / 8.0)
                 .fold(goodput, f64::min);
-            self.ending |= since >= 0.0
-                && counters
-                    .remaining_bytes
-                    .is_some_and(|r| pace.is_finite() && pace > 0.0 && (r as f64) < pace * horizon_s);
+            let remaining = counters.remaining_bytes.map(|r| r as f64);
+            if !self.ending {
+                self.ending = since >= 0.0
+                    && remaining.is_some_and(|r| pace.is_finite() && pace > 0.0 && r < pace * horizon_s);
+            } else if remaining
+                .is_some_and(|r| goodput.is_finite() && goodput > 0.0 && r > goodput * END_REVOKE * horizon_s)
+            {
+                // The forecast failed: at this interval's goodput what is
+                // left needs more than twice the horizon. Readings taken
+                // before losses cut the windows (a warm-up in slow start)
+                // looked like an end; N is searched again.
+                self.ending = false;
+            }
             sample.ending = self.ending;
             sample.discarded |= self.ending;
             if let Some(t) = self.tuner.as_mut().filter(|_| !sample.ending) {
