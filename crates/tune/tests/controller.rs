@@ -613,28 +613,45 @@ fn a_rate_cap_is_the_ceiling() {
 }
 
 /// The driver's loop for a job of `total` bytes: the counters say what is
-/// left to move, as `wanblk copy` tells its controller.
-fn drive_job(c: &mut Controller, sim: &mut SessionSim, until_s: f64, total: u64) {
+/// left to move, as `wanblk copy` tells its controller. Stops when the job
+/// is done; `after` sees the controller and the path after every step.
+fn drive_job(
+    c: &mut Controller,
+    sim: &mut SessionSim,
+    until_s: f64,
+    total: u64,
+    mut after: impl FnMut(&Controller, &mut SessionSim),
+) {
     while sim.elapsed_s() < until_s {
         let t = c.poll_timeout();
         sim.advance_to(t);
         let mut k = sim.counters();
         k.remaining_bytes = Some(total.saturating_sub(k.completed_bytes));
+        if k.remaining_bytes == Some(0) {
+            break;
+        }
         if let Some(d) = c.on_timeout(t, &k) {
             sim.apply(d);
         }
+        after(c, sim);
     }
+}
+
+/// 1 Gbit/s, 100 ms RTT, 1 MiB windows: the knee is about 16, so from
+/// N0 = 4 the search climbs and probes for many seconds. The tuned
+/// controller, started on it.
+fn knee_16_path() -> (Controller, SessionSim) {
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
+    let mut sim = SessionSim::new(path, limits(), Instant::now());
+    let c = start(tuned(), &mut sim);
+    (c, sim)
 }
 
 #[test]
 fn n_is_held_once_the_job_is_about_to_end() {
-    // The knee of this path is about 16: from N0 = 4 the search climbs
-    // and probes for many seconds.
-    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
     let run = |total: u64| {
-        let mut sim = SessionSim::new(path, limits(), Instant::now());
-        let mut c = start(tuned(), &mut sim);
-        drive_job(&mut c, &mut sim, 30.0, total);
+        let (mut c, mut sim) = knee_16_path();
+        drive_job(&mut c, &mut sim, 30.0, total, |_, _| {});
         c
     };
     // 500 MB: about 5 s of this path. Ending once less is left than
@@ -660,28 +677,15 @@ fn an_end_whose_forecast_fails_is_searched_again() {
     // every session drops to 5 Mbit/s (as cubic's windows fall after the
     // first losses of a warm-up that read high): what is left now needs
     // many horizons, and more sessions carry it faster.
-    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1000.0, 100.0, 1_048_576.0) };
     let run = |erode: bool| {
-        let mut sim = SessionSim::new(path, limits(), Instant::now());
-        let mut c = start(tuned(), &mut sim);
-        let total: u64 = 500_000_000;
+        let (mut c, mut sim) = knee_16_path();
         let mut eroded_at = None;
-        while sim.elapsed_s() < 60.0 {
-            let t = c.poll_timeout();
-            sim.advance_to(t);
-            let mut k = sim.counters();
-            k.remaining_bytes = Some(total.saturating_sub(k.completed_bytes));
-            if k.remaining_bytes == Some(0) {
-                break;
-            }
-            if let Some(d) = c.on_timeout(t, &k) {
-                sim.apply(d);
-            }
+        drive_job(&mut c, &mut sim, 60.0, 500_000_000, |c, sim| {
             if erode && eroded_at.is_none() && c.samples().last().is_some_and(|s| s.ending) {
                 sim.set_session_limit(5e6 / 8.0);
                 eroded_at = Some(c.samples().len());
             }
-        }
+        });
         (c, eroded_at)
     };
     let (c, at) = run(true);
