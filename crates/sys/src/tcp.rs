@@ -1,5 +1,5 @@
 //! TCP socket introspection and tuning: `TCP_INFO`, `TCP_CONGESTION`,
-//! `SO_MAX_PACING_RATE`, `SO_RCVLOWAT`, and [`TcpOptions`], the options every connection
+//! `SO_MAX_PACING_RATE`, `SO_RCVLOWAT`, `TCP_NOTSENT_LOWAT`, and [`TcpOptions`], the options every connection
 //! wanblk opens or accepts gets from [`apply`].
 
 use std::io;
@@ -338,6 +338,19 @@ pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
 pub fn set_recv_low_water(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
     set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
+}
+
+/// Bounds the bytes the socket holds that it has not sent yet
+/// (`TCP_NOTSENT_LOWAT`): a write takes no more once that many wait, and
+/// the socket reads as writable again only when they drop below it. Data
+/// then waits in the writer's own queue, where what is urgent can still
+/// overtake it, instead of behind a send buffer of several megabytes.
+///
+/// # Errors
+/// The `setsockopt` error.
+pub fn set_unsent_limit(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
 }
 
 /// Caps the socket's pacing rate in bytes per second (`SO_MAX_PACING_RATE`);

@@ -18,6 +18,11 @@
 //! Defaults are tuned for long-fat networks (the iSCSI remote-write study's table 1, the iSCSI read-latency study
 //! section 5): InitialR2T=No, ImmediateData=Yes, bursts and segments as large
 //! as the target allows, large READ/WRITE commands (4 MiB), many in flight.
+//! In MC/S mode the initiator offers InitialR2T=Yes instead and keeps each
+//! connection's unsent bytes short: the target runs the session's commands
+//! in CmdSN order over all its connections, so commands must reach it
+//! early (they overtake queued Data-Out) and data must follow only for
+//! commands it has taken in order.
 //!
 //! Behaviour of tgt 1.0.85 this crate copes with (verified by the tests):
 //! its first operational Login Response may lack the transit bit (one more
@@ -52,6 +57,11 @@ pub use uri::{IscsiUri, UriError, redact};
 
 use crate::endpoint::LunInfo;
 use crate::transport::{Link, Liveness, Window};
+
+/// Bytes an MC/S connection's socket holds written but not sent
+/// (`TCP_NOTSENT_LOWAT`): a command written behind them waits this long
+/// at the connection's rate (0.2 s at 10 Mbit/s, early in slow start).
+const MCS_UNSENT_LIMIT: usize = 256 << 10;
 
 /// How parallel sessions are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -214,6 +224,17 @@ impl IscsiConnector {
             Mode::Mcs => 65535,
         };
         let mut offer = keys::long_fat_network_offer(max_conn);
+        if opts.mode == Mode::Mcs {
+            // No unsolicited data across connections: a target runs an MC/S
+            // session's commands in CmdSN order, so a write whose command
+            // arrives before its predecessor's waits with its unsolicited
+            // Data-Out still arriving; tgt 1.0.85 then may run and free it
+            // while a Data-Out is still being read into it (it counts the
+            // bytes when the PDU starts) and crash. Solicited data flows
+            // only for commands the target has already taken in order.
+            keys::apply_overrides(&mut offer, &[("InitialR2T".to_string(), "Yes".to_string())])
+                .map_err(|e| EndpointError::config(&name, None, e.to_string()))?;
+        }
         keys::apply_overrides(&mut offer, &opts.params)
             .map_err(|e| EndpointError::config(&name, None, format!("--iscsi-param: {e}")))?;
         if opts.max_request_bytes < 4096 {
@@ -344,6 +365,17 @@ impl IscsiConnector {
         let cfg = self.login_config(isid, tsih, cid, cmd_sn, session);
         let (out, leftover) = login::login(&self.name, &mut stream, cfg, self.opts.login_timeout).await?;
         tracing::debug!(target = %self.name, ?out.params, tsih = out.tsih, "iSCSI login complete");
+        if self.opts.mode == Mode::Mcs {
+            // The target runs the session's commands in CmdSN order, so a
+            // command this connection sends late holds back the later ones
+            // sent on every other connection: keep what it has written but
+            // not sent short, so a new command (which overtakes queued
+            // Data-Out, see `Connection::poll_transmit`) goes out soon.
+            use std::os::fd::AsFd;
+            if let Err(e) = wanblk_sys::tcp::set_unsent_limit(stream.as_fd(), MCS_UNSENT_LIMIT) {
+                tracing::debug!(target = %self.name, "TCP_NOTSENT_LOWAT: {e}");
+            }
+        }
         let window = match window {
             Some(w) => {
                 let opened = w.lock().update(out.exp_cmd_sn, out.max_cmd_sn);
@@ -354,7 +386,8 @@ impl IscsiConnector {
             }
             None => Window::new(CmdWindow::new(cmd_sn, out.exp_cmd_sn, out.max_cmd_sn)),
         };
-        let conn = Connection::new(out.params.clone(), encode_lun(self.uri.lun), out.exp_stat_sn);
+        let conn =
+            Connection::new(out.params.clone(), encode_lun(self.uri.lun), out.exp_stat_sn).with_cid(cid);
         let link = Link::spawn(stream, conn, Arc::clone(&window), leftover, self.liveness())
             .map_err(|e| EndpointError::io(&self.name, None, e))?;
         Ok((link, out.params, out.tsih, window))

@@ -276,6 +276,12 @@ impl Link {
     /// connection took may never reach the target, which would then hold
     /// every later command of the session forever.
     fn fail(&self, err: ConnError) {
+        self.fail_with(err, true);
+    }
+
+    /// [`Link::fail`]; `spread` fails the session's other connections too
+    /// (with this one's error as the cause, once: not nested per sibling).
+    fn fail_with(&self, err: ConnError, spread: bool) {
         if self.failed.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -290,11 +296,14 @@ impl Link {
         self.shutdown();
         self.window.opened.notify_waiters();
         self.idle.notify_waiters();
-        if had_work {
+        if had_work && spread {
             let siblings: Vec<Arc<Link>> = self.window.members().iter().filter_map(Weak::upgrade).collect();
             for s in siblings {
                 if !std::ptr::eq(Arc::as_ptr(&s), self) {
-                    s.fail(ConnError::Closed(format!("another connection of the session failed: {err}")));
+                    s.fail_with(
+                        ConnError::Closed(format!("another connection of the session failed: {err}")),
+                        false,
+                    );
                 }
             }
         }
@@ -402,6 +411,10 @@ async fn reader(link: Arc<Link>, mut rd: OwnedReadHalf, mut buf: BytesMut, live:
     }
 }
 
+/// Bytes of PDUs the writer takes from the connection at a time: a
+/// command queued meanwhile waits behind at most this much (plus one PDU).
+const WRITE_BATCH: usize = 256 << 10;
+
 async fn writer(link: Arc<Link>, wr: OwnedWriteHalf) {
     let mut out = BufWriter::with_capacity(256 * 1024, wr);
     loop {
@@ -412,7 +425,7 @@ async fn writer(link: Arc<Link>, wr: OwnedWriteHalf) {
             let mut inner = link.lock();
             let mut v = Vec::new();
             let mut bytes = 0usize;
-            while bytes < (8 << 20) {
+            while bytes < WRITE_BATCH {
                 match inner.conn.poll_transmit() {
                     Some(p) => {
                         bytes += p.wire_len();

@@ -1,6 +1,7 @@
 //! Multiple connections per session: the first connect logs in the leading
 //! connection, three more join the same session (same ISID and TSIH, new
-//! CIDs); all four write and read concurrently with a shared CmdSN window;
+//! CIDs); all four write and read concurrently with a shared CmdSN window
+//! (write data solicited by R2T, InitialR2T=Yes);
 //! closing logs each connection out after its commands finish.
 
 mod common;
@@ -32,6 +33,9 @@ async fn four_connections_one_session() {
     assert_eq!(c.max_sessions(), Some(8));
     let cids: Vec<u16> = eps.iter().map(|e| e.cid()).collect();
     assert_eq!(cids, vec![0, 1, 2, 3]);
+    // The target offers InitialR2T=No (`lfn`); an MC/S session still sends
+    // write data only when the target asks for it (see the crate's docs).
+    assert!(eps.iter().all(|e| e.params().initial_r2t));
     // One I_T nexus (session) with four connections on the target.
     let show = tgt.tgtadm(&["--op", "show", "--mode", "target"]);
     assert_eq!(show.matches("I_T nexus:").count(), 1, "{show}");

@@ -243,17 +243,13 @@ pub fn max_r2ts(len: u32) -> u32 {
 /// R2Ts every write may get on top of one per 512 bytes.
 pub const R2T_ALLOWANCE: u32 = 16;
 
-/// What a queued PDU belongs to.
+/// What a queued Data-Out PDU belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TxTag {
     /// The write task of a Data-Out PDU (dropped if the task ends first).
-    task: Option<u32>,
+    task: u32,
     /// The last Data-Out answering an R2T: handing it out ends that R2T.
     ends_r2t: bool,
-}
-
-impl TxTag {
-    const NONE: TxTag = TxTag { task: None, ends_r2t: false };
 }
 
 /// Phases of the connection after login (RFC 7143 section 8.1.3).
@@ -269,9 +265,17 @@ enum Phase {
     Failed(ConnError),
 }
 
-/// The largest data segment this side emits, whatever the target declared
-/// (a write is never bigger than one command's data anyway).
-const MAX_OUT_SEGMENT: u32 = 16 << 20;
+/// The largest Data-Out segment this side emits, whatever larger the
+/// target declared: a SCSI Command queued on the connection overtakes
+/// queued Data-Out (see [`Connection::poll_transmit`]), so it waits behind
+/// at most one segment being written, not behind a whole write.
+const MAX_OUT_SEGMENT: u32 = 256 << 10;
+
+/// The most immediate data a SCSI Command carries: commands overtake
+/// Data-Out, so each one a connection sends holds back the rest of the
+/// queue by this much at most; the rest of the first burst follows as
+/// unsolicited Data-Out.
+const MAX_IMMEDIATE: usize = 64 << 10;
 
 /// One full-feature connection.
 #[derive(Debug)]
@@ -280,14 +284,20 @@ pub struct Connection {
     params: Params,
     lun: u64,
     exp_stat_sn: u32,
-    next_itt: u32,
+    /// The connection's part of the session's task tags (its CID in the
+    /// high 16 bits, see [`Connection::with_cid`]).
+    itt_base: u32,
+    next_itt: u16,
     tasks: HashMap<u32, Task>,
     pings: HashMap<u32, ()>,
     /// Task management requests in flight: their tag -> the referenced task.
     tmfs: HashMap<u32, u32>,
-    /// Queued PDUs; Data-Out ones tagged with their task, so they can be
+    /// Queued PDUs other than Data-Out (commands, pings, task management,
+    /// logout), sent first.
+    tx: VecDeque<OutPdu>,
+    /// Queued Data-Out PDUs, tagged with their task, so they can be
     /// dropped if the task ends first (a target may answer a write early).
-    tx: VecDeque<(TxTag, OutPdu)>,
+    data_out: VecDeque<(TxTag, OutPdu)>,
     events: VecDeque<Event>,
     phase: Phase,
 }
@@ -305,14 +315,27 @@ impl Connection {
             params,
             lun,
             exp_stat_sn,
+            itt_base: 0,
             next_itt: 1,
             tasks: HashMap::new(),
             pings: HashMap::new(),
             tmfs: HashMap::new(),
             tx: VecDeque::new(),
+            data_out: VecDeque::new(),
             events: VecDeque::new(),
             phase: Phase::FullFeature,
         }
+    }
+
+    /// Tags this connection's tasks as connection `cid` of its session:
+    /// an initiator task tag must name one task across the whole session
+    /// (RFC 7143 section 11.2.1.8), and a target looks Data-Out up by it
+    /// session-wide, so each connection of an MC/S session takes its tags
+    /// from its own range (the CID in the high 16 bits).
+    #[must_use]
+    pub fn with_cid(mut self, cid: u16) -> Connection {
+        self.itt_base = u32::from(cid) << 16;
+        self
     }
 
     /// The negotiated values in force.
@@ -341,7 +364,7 @@ impl Connection {
 
     fn alloc_itt(&mut self) -> u32 {
         loop {
-            let itt = self.next_itt;
+            let itt = self.itt_base | u32::from(self.next_itt);
             self.next_itt = self.next_itt.wrapping_add(1);
             if itt != RESERVED_TAG
                 && !self.tasks.contains_key(&itt)
@@ -388,7 +411,7 @@ impl Connection {
         let (immediate, unsolicited) = match &cmd.dir {
             DataDir::Write(d) => {
                 let first = (self.params.first_burst as usize).min(d.len());
-                let imm = if self.params.immediate_data { first.min(seg) } else { 0 };
+                let imm = if self.params.immediate_data { first.min(seg).min(MAX_IMMEDIATE) } else { 0 };
                 let unsol = if self.params.initial_r2t { imm } else { first };
                 (imm, unsol)
             }
@@ -424,7 +447,7 @@ impl Connection {
             }
             _ => (TaskKind::Read { segments: Vec::new(), received: 0, next_data_sn: 0 }, Bytes::new()),
         };
-        self.tx.push_back((TxTag::NONE, self.codec.encode(&header, imm_data)));
+        self.tx.push_back(self.codec.encode(&header, imm_data));
         if let TaskKind::Write(w) = &kind
             && unsolicited > immediate
         {
@@ -464,7 +487,7 @@ impl Connection {
                 ref_cmd_sn,
                 exp_data_sn: 0,
             });
-            self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
+            self.tx.push_back(self.codec.encode(&h, Bytes::new()));
         }
         Ok(itts.len())
     }
@@ -508,8 +531,8 @@ impl Connection {
                 buffer_offset: off as u32,
             });
             // The last PDU of a solicited sequence ends its R2T.
-            let tag = TxTag { task: Some(itt), ends_r2t: off + n == to && r2t_ttt.is_some() };
-            self.tx.push_back((tag, self.codec.encode(&h, data.slice(off..off + n))));
+            let tag = TxTag { task: itt, ends_r2t: off + n == to && r2t_ttt.is_some() };
+            self.data_out.push_back((tag, self.codec.encode(&h, data.slice(off..off + n))));
             off += n;
             data_sn = data_sn.wrapping_add(1);
         }
@@ -532,7 +555,7 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
+        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
         Ok(itt)
     }
 
@@ -559,17 +582,27 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back((TxTag::NONE, self.codec.encode(&h, Bytes::new())));
+        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
         self.phase = Phase::LoggingOut { itt };
         Ok(())
     }
 
-    /// The next PDU to write. Handing out the last Data-Out of an R2T ends
-    /// that R2T (it no longer counts against MaxOutstandingR2T).
+    /// The next PDU to write: every other queued PDU before any Data-Out,
+    /// in the order each kind was queued. A command so reaches the target
+    /// without waiting for the data of writes queued before it on this
+    /// connection (RFC 7143 section 3.2.2.1: the target runs a session's
+    /// commands in CmdSN order, so a command held back on one connection of
+    /// an MC/S session holds back every later command on the others). A
+    /// task's own Data-Out still follows its command, in offset order.
+    /// Handing out the last Data-Out of an R2T ends that R2T (it no longer
+    /// counts against MaxOutstandingR2T).
     pub fn poll_transmit(&mut self) -> Option<OutPdu> {
-        let (tag, pdu) = self.tx.pop_front()?;
+        if let Some(pdu) = self.tx.pop_front() {
+            return Some(pdu);
+        }
+        let (tag, pdu) = self.data_out.pop_front()?;
         if tag.ends_r2t
-            && let Some(Task { kind: TaskKind::Write(w), .. }) = tag.task.and_then(|t| self.tasks.get_mut(&t))
+            && let Some(Task { kind: TaskKind::Write(w), .. }) = self.tasks.get_mut(&tag.task)
         {
             w.outstanding_r2t = w.outstanding_r2t.saturating_sub(1);
         }
@@ -578,7 +611,7 @@ impl Connection {
 
     /// PDUs waiting to be written.
     pub fn has_transmit(&self) -> bool {
-        !self.tx.is_empty()
+        !self.tx.is_empty() || !self.data_out.is_empty()
     }
 
     /// The next event.
@@ -602,6 +635,7 @@ impl Connection {
         self.pings.clear();
         self.tmfs.clear();
         self.tx.clear();
+        self.data_out.clear();
         self.phase = Phase::Failed(err);
     }
 
@@ -629,8 +663,8 @@ impl Connection {
 
     /// Drops Data-Out PDUs still queued for a task that ended.
     fn drop_pending_data(&mut self, itt: u32) {
-        if self.tx.iter().any(|(t, _)| t.task == Some(itt)) {
-            self.tx.retain(|(t, _)| t.task != Some(itt));
+        if self.data_out.iter().any(|(t, _)| t.task == itt) {
+            self.data_out.retain(|(t, _)| t.task != itt);
         }
     }
 
@@ -848,7 +882,7 @@ impl Connection {
                 cmd_sn: window.current(),
                 exp_stat_sn: self.exp_stat_sn,
             });
-            self.tx.push_back((TxTag::NONE, self.codec.encode(&out, data)));
+            self.tx.push_back(self.codec.encode(&out, data));
         }
         Ok(())
     }

@@ -34,8 +34,14 @@ impl Target {
     }
 
     fn drain(&self, c: &mut Connection) -> Vec<Pdu> {
+        self.drain_n(c, usize::MAX)
+    }
+
+    /// The first `n` PDUs queued (all of them if fewer).
+    fn drain_n(&self, c: &mut Connection, n: usize) -> Vec<Pdu> {
         let mut b = BytesMut::new();
-        while let Some(p) = c.poll_transmit() {
+        for _ in 0..n {
+            let Some(p) = c.poll_transmit() else { break };
             b.extend_from_slice(&p.to_vec());
         }
         let mut v = Vec::new();
@@ -633,4 +639,57 @@ fn abort_task_for_every_command_in_flight() {
     // An answer to no request breaks the protocol.
     let mut bogus = answer(&mut t, 0x7777, 0);
     assert!(matches!(c.handle_input(&mut bogus, &mut w), Err(ConnError::UnknownItt { .. })));
+}
+
+/// A command overtakes the Data-Out queued before it on the connection
+/// (in an MC/S session a command held back on one connection holds back
+/// every later CmdSN on the others), while each task's own data follows
+/// its command in offset order, in segments of at most `MAX_OUT_SEGMENT`
+/// however large a segment the target accepts.
+#[test]
+fn commands_overtake_queued_data_out() {
+    let big = 16 << 20;
+    let p = Params { first_burst: big, max_burst: big, max_send_data_segment: big, ..params() };
+    let mut c = Connection::new(p, 0, 0).with_cid(5);
+    let t = Target::new();
+    let write = |n: usize, seed: u8| -> Bytes {
+        (0..n).map(|i| (i as u8).wrapping_add(seed)).collect::<Vec<u8>>().into()
+    };
+    let (a, b) = (write(1 << 20, 1), write(1 << 20, 2));
+    let ia = c
+        .start_command(Command { cdb: scsi::write16(0, 2048, false), dir: DataDir::Write(a.clone()) }, 1)
+        .unwrap();
+    // A's command and its first Data-Out go out before B is started.
+    let mut first = t.drain_n(&mut c, 2);
+    let ib = c
+        .start_command(Command { cdb: scsi::write16(4096, 2048, false), dir: DataDir::Write(b.clone()) }, 2)
+        .unwrap();
+    let ic = c.start_command(Command { cdb: scsi::read16(0, 8), dir: DataDir::Read(4096) }, 3).unwrap();
+    first.extend(t.drain(&mut c));
+    // Task tags are unique across the session: this connection's carry its CID.
+    assert!([ia, ib, ic].iter().all(|itt| itt >> 16 == 5));
+    let order: Vec<(u32, u32)> = first
+        .iter()
+        .map(|p| match p.header {
+            Header::ScsiCommand(h) => (h.itt, h.cmd_sn),
+            Header::DataOut(d) => (d.itt, d.buffer_offset),
+            h => panic!("{h:?}"),
+        })
+        .collect();
+    let seg = MAX_OUT_SEGMENT;
+    let imm = MAX_IMMEDIATE as u32;
+    let mut want = vec![(ia, 1), (ia, imm), (ib, 2), (ic, 3)];
+    // 1 MiB - 64 KiB of Data-Out: three full segments and one of 192 KiB.
+    want.extend((1..4).map(|k| (ia, imm + k * seg)));
+    want.extend((0..4).map(|k| (ib, imm + k * seg)));
+    assert_eq!(order, want);
+    // Every byte of each write, once, in order.
+    for (itt, data) in [(ia, &a), (ib, &b)] {
+        let mut got = Vec::new();
+        for p in first.iter().filter(|p| p.header.itt() == itt) {
+            assert!(p.data.len() <= seg as usize);
+            got.extend_from_slice(&p.data);
+        }
+        assert_eq!(&got[..], &data[..]);
+    }
 }
