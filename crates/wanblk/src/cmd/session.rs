@@ -103,7 +103,8 @@ pub(crate) enum TunerFeature {
 pub(crate) enum IscsiMode {
     /// One session per parallel connection (works with any target).
     Sessions,
-    /// Several connections inside one session (MC/S; the target must allow it).
+    /// Several connections inside one session (MC/S; the target must allow it;
+    /// write data then waits for the target's R2T, InitialR2T=Yes).
     Mcs,
 }
 
