@@ -234,6 +234,11 @@ impl IscsiConnector {
             // only for commands the target has already taken in order.
             keys::apply_overrides(&mut offer, &[("InitialR2T".to_string(), "Yes".to_string())])
                 .map_err(|e| EndpointError::config(&name, None, e.to_string()))?;
+            if opts.params.iter().any(|(k, v)| k == "InitialR2T" && v.eq_ignore_ascii_case("No")) {
+                tracing::warn!(
+                    "{name}: MC/S with InitialR2T=No sends write data before the target has taken the command in order; tgt 1.0.85 can crash on it"
+                );
+            }
         }
         keys::apply_overrides(&mut offer, &opts.params)
             .map_err(|e| EndpointError::config(&name, None, format!("--iscsi-param: {e}")))?;
