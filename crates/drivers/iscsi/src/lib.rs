@@ -391,8 +391,11 @@ impl IscsiConnector {
             }
             None => Window::new(CmdWindow::new(cmd_sn, out.exp_cmd_sn, out.max_cmd_sn)),
         };
-        let conn =
+        let mut conn =
             Connection::new(out.params.clone(), encode_lun(self.uri.lun), out.exp_stat_sn).with_cid(cid);
+        if self.opts.mode == Mode::Mcs {
+            conn = conn.with_short_segments();
+        }
         let link = Link::spawn(stream, conn, Arc::clone(&window), leftover, self.liveness())
             .map_err(|e| EndpointError::io(&self.name, None, e))?;
         Ok((link, out.params, out.tsih, window))

@@ -265,17 +265,21 @@ enum Phase {
     Failed(ConnError),
 }
 
-/// The largest Data-Out segment this side emits, whatever larger the
-/// target declared: a SCSI Command queued on the connection overtakes
-/// queued Data-Out (see [`Connection::poll_transmit`]), so it waits behind
-/// at most one segment being written, not behind a whole write.
-const MAX_OUT_SEGMENT: u32 = 256 << 10;
+/// The largest data segment this side emits, whatever the target declared
+/// (a write is never bigger than one command's data anyway).
+const MAX_OUT_SEGMENT: u32 = 16 << 20;
 
-/// The most immediate data a SCSI Command carries: commands overtake
-/// Data-Out, so each one a connection sends holds back the rest of the
-/// queue by this much at most; the rest of the first burst follows as
+/// With [`Connection::with_short_segments`], the largest Data-Out segment:
+/// a SCSI Command queued on the connection overtakes queued Data-Out (see
+/// [`Connection::poll_transmit`]), so it waits behind at most one segment
+/// being written, not behind a whole write.
+const SHORT_SEGMENT: u32 = 256 << 10;
+
+/// With [`Connection::with_short_segments`], the most immediate data a SCSI
+/// Command carries: each command a connection sends holds back the rest of
+/// its queue by this much at most; the rest of the first burst follows as
 /// unsolicited Data-Out.
-const MAX_IMMEDIATE: usize = 64 << 10;
+const SHORT_IMMEDIATE: usize = 64 << 10;
 
 /// One full-feature connection.
 #[derive(Debug)]
@@ -288,6 +292,9 @@ pub struct Connection {
     /// high 16 bits, see [`Connection::with_cid`]).
     itt_base: u32,
     next_itt: u16,
+    /// Short segments and little immediate data (see
+    /// [`Connection::with_short_segments`]).
+    short: bool,
     tasks: HashMap<u32, Task>,
     pings: HashMap<u32, ()>,
     /// Task management requests in flight: their tag -> the referenced task.
@@ -317,6 +324,7 @@ impl Connection {
             exp_stat_sn,
             itt_base: 0,
             next_itt: 1,
+            short: false,
             tasks: HashMap::new(),
             pings: HashMap::new(),
             tmfs: HashMap::new(),
@@ -335,6 +343,19 @@ impl Connection {
     #[must_use]
     pub fn with_cid(mut self, cid: u16) -> Connection {
         self.itt_base = u32::from(cid) << 16;
+        self
+    }
+
+    /// Writes go out as a command with at most [`SHORT_IMMEDIATE`] bytes of
+    /// immediate data and Data-Out segments of at most [`SHORT_SEGMENT`], so
+    /// a command queued behind them is sent soon (commands overtake queued
+    /// Data-Out). For the connections of an MC/S session, where a command
+    /// sent late holds back the session's later commands on every
+    /// connection; otherwise a write is as few PDUs as the target allows,
+    /// which costs the target less.
+    #[must_use]
+    pub fn with_short_segments(mut self) -> Connection {
+        self.short = true;
         self
     }
 
@@ -385,7 +406,8 @@ impl Connection {
     }
 
     fn max_out_segment(&self) -> usize {
-        self.params.max_send_data_segment.clamp(512, MAX_OUT_SEGMENT) as usize
+        let most = if self.short { SHORT_SEGMENT } else { MAX_OUT_SEGMENT };
+        self.params.max_send_data_segment.clamp(512, most) as usize
     }
 
     /// Queues `cmd` with CmdSN `cmd_sn` (taken from the session's
@@ -411,7 +433,8 @@ impl Connection {
         let (immediate, unsolicited) = match &cmd.dir {
             DataDir::Write(d) => {
                 let first = (self.params.first_burst as usize).min(d.len());
-                let imm = if self.params.immediate_data { first.min(seg).min(MAX_IMMEDIATE) } else { 0 };
+                let most = if self.short { SHORT_IMMEDIATE } else { usize::MAX };
+                let imm = if self.params.immediate_data { first.min(seg).min(most) } else { 0 };
                 let unsol = if self.params.initial_r2t { imm } else { first };
                 (imm, unsol)
             }

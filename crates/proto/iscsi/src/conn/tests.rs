@@ -644,13 +644,13 @@ fn abort_task_for_every_command_in_flight() {
 /// A command overtakes the Data-Out queued before it on the connection
 /// (in an MC/S session a command held back on one connection holds back
 /// every later CmdSN on the others), while each task's own data follows
-/// its command in offset order, in segments of at most `MAX_OUT_SEGMENT`
+/// its command in offset order, in segments of at most `SHORT_SEGMENT`
 /// however large a segment the target accepts.
 #[test]
 fn commands_overtake_queued_data_out() {
     let big = 16 << 20;
     let p = Params { first_burst: big, max_burst: big, max_send_data_segment: big, ..params() };
-    let mut c = Connection::new(p, 0, 0).with_cid(5);
+    let mut c = Connection::new(p.clone(), 0, 0).with_cid(5).with_short_segments();
     let t = Target::new();
     let write = |n: usize, seed: u8| -> Bytes {
         (0..n).map(|i| (i as u8).wrapping_add(seed)).collect::<Vec<u8>>().into()
@@ -676,8 +676,8 @@ fn commands_overtake_queued_data_out() {
             h => panic!("{h:?}"),
         })
         .collect();
-    let seg = MAX_OUT_SEGMENT;
-    let imm = MAX_IMMEDIATE as u32;
+    let seg = SHORT_SEGMENT;
+    let imm = SHORT_IMMEDIATE as u32;
     let mut want = vec![(ia, 1), (ia, imm), (ib, 2), (ic, 3)];
     // 1 MiB - 64 KiB of Data-Out: three full segments and one of 192 KiB.
     want.extend((1..4).map(|k| (ia, imm + k * seg)));
@@ -692,4 +692,11 @@ fn commands_overtake_queued_data_out() {
         }
         assert_eq!(&got[..], &data[..]);
     }
+    // Without short segments a write is one PDU when the target takes it.
+    let mut c = Connection::new(p, 0, 0);
+    c.start_command(Command { cdb: scsi::write16(0, 2048, false), dir: DataDir::Write(a.clone()) }, 1)
+        .unwrap();
+    let sent = t.drain(&mut c);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].data, a);
 }
