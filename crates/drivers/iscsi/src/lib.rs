@@ -370,17 +370,6 @@ impl IscsiConnector {
         let cfg = self.login_config(isid, tsih, cid, cmd_sn, session);
         let (out, leftover) = login::login(&self.name, &mut stream, cfg, self.opts.login_timeout).await?;
         tracing::debug!(target = %self.name, ?out.params, tsih = out.tsih, "iSCSI login complete");
-        if self.opts.mode == Mode::Mcs {
-            // The target runs the session's commands in CmdSN order, so a
-            // command this connection sends late holds back the later ones
-            // sent on every other connection: keep what it has written but
-            // not sent short, so a new command (which overtakes queued
-            // Data-Out, see `Connection::poll_transmit`) goes out soon.
-            use std::os::fd::AsFd;
-            if let Err(e) = wanblk_sys::tcp::set_unsent_limit(stream.as_fd(), MCS_UNSENT_LIMIT) {
-                tracing::debug!(target = %self.name, "TCP_NOTSENT_LOWAT: {e}");
-            }
-        }
         let window = match window {
             Some(w) => {
                 let opened = w.lock().update(out.exp_cmd_sn, out.max_cmd_sn);
@@ -394,7 +383,17 @@ impl IscsiConnector {
         let mut conn =
             Connection::new(out.params.clone(), encode_lun(self.uri.lun), out.exp_stat_sn).with_cid(cid);
         if self.opts.mode == Mode::Mcs {
+            // The target runs the session's commands in CmdSN order, so a
+            // command this connection sends late holds back the later ones
+            // sent on every other connection: short Data-Out segments in
+            // its queue, and little written but not sent in its socket, so
+            // a new command (which overtakes queued Data-Out, see
+            // `Connection::poll_transmit`) goes out soon.
             conn = conn.with_short_segments();
+            use std::os::fd::AsFd;
+            if let Err(e) = wanblk_sys::tcp::set_unsent_limit(stream.as_fd(), MCS_UNSENT_LIMIT) {
+                tracing::debug!(target = %self.name, "TCP_NOTSENT_LOWAT: {e}");
+            }
         }
         let link = Link::spawn(stream, conn, Arc::clone(&window), leftover, self.liveness())
             .map_err(|e| EndpointError::io(&self.name, None, e))?;
