@@ -114,6 +114,24 @@ impl Row {
     }
 }
 
+/// Steady goodputs within this fraction of the best fixed N's count as a tie.
+const FIXED_TIE: f64 = 0.02;
+
+/// The best fixed N of a path's fixed-N rows: the highest steady goodput;
+/// among the Ns within [`FIXED_TIE`] of it (on a path that a few sessions
+/// fill, every N from 2 to 128 reads the link's rate once steady), the one
+/// whose run moved the most, start-up included, then the fewest sessions.
+/// (Taking the last of equal maxima had set 128 sessions beside auto where
+/// 2 fill a 200 Mbit/s path.)
+fn best_fixed_n<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<u64> {
+    let rows: Vec<&Row> = rows.filter(|r| r.n.is_some()).collect();
+    let top = rows.iter().map(|r| r.steady_or_whole()).fold(f64::NEG_INFINITY, f64::max);
+    rows.into_iter()
+        .filter(|r| r.steady_or_whole() >= top * (1.0 - FIXED_TIE))
+        .max_by(|a, b| a.goodput_mbps.total_cmp(&b.goodput_mbps).then(b.n.cmp(&a.n)))
+        .and_then(|r| r.n)
+}
+
 fn buffers_label(p: SysctlProfile) -> String {
     match p {
         SysctlProfile::Default => "default".into(),
@@ -398,12 +416,11 @@ fn path_experiments(
         // a lossy path sessions straggle (stop 32: the best fixed N read
         // 230 Mbit/s over 10 s at cubic 0.1 %, auto 219 over its image),
         // so auto is also set beside a fixed N that copies what it copies.
-        let best = rec
-            .rows
-            .iter()
-            .filter(|r| r.scenario == "fixed-n" && r.path == spec.label() && r.direction == dir)
-            .max_by(|a, b| a.steady_or_whole().total_cmp(&b.steady_or_whole()))
-            .and_then(|r| r.n);
+        let best = best_fixed_n(
+            rec.rows
+                .iter()
+                .filter(|r| r.scenario == "fixed-n" && r.path == spec.label() && r.direction == dir),
+        );
         if let Some(n) = best {
             let ns = n.to_string();
             rec.push("fixed-whole", spec, path.wanblk(dir, &["-C", &ns, "--length", &len]));
@@ -861,6 +878,26 @@ mod tests {
             steal_pct: None,
             progress: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_best_fixed_n_among_equals_moved_the_most() {
+        let fixed = |n: u64, whole: f64, steady: f64| Row {
+            n: Some(n),
+            steady_mbps: Some(steady),
+            ..row("fixed-n", Direction::Restore, whole)
+        };
+        // A 200 Mbit/s path: every N reads the link once steady.
+        let rows =
+            [fixed(1, 121.0, 123.0), fixed(2, 188.0, 190.6), fixed(8, 180.0, 191.2), fixed(128, 88.0, 191.4)];
+        assert_eq!(best_fixed_n(rows.iter()), Some(2));
+        // A path that needs many: the steady rate decides.
+        let rows = [fixed(8, 500.0, 520.0), fixed(32, 700.0, 800.0), fixed(64, 690.0, 940.0)];
+        assert_eq!(best_fixed_n(rows.iter()), Some(64));
+        // Equal in both: the fewest sessions.
+        let rows = [fixed(16, 900.0, 950.0), fixed(8, 900.0, 950.0)];
+        assert_eq!(best_fixed_n(rows.iter()), Some(8));
+        assert_eq!(best_fixed_n([].iter()), None);
     }
 
     /// The ratio column of the `auto` row in the table of `dir`.
