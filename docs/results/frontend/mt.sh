@@ -1,26 +1,13 @@
 #!/bin/bash
-# mt.sh BIN TAG: ext4 over wanblk mount at 100 ms RTT; write 256 MiB + sync; then cold remount (traced) and read back.
+# mt.sh BIN TAG: ext4 on a loop device over `wanblk mount` (path.sh: 1 Gbit/s, DELAY ms one way);
+# 256 MiB dd conv=fsync; then the front end restarted, caches dropped, a timed mount and a timed
+# read back, sha256 printed for both. Env: RA = the loop device's read-ahead (KiB), LOG = the
+# mount's log filter (its log: /tmp/mtTAG-w.log and -r.log).
 set -e
 BIN=$1; K=$2; NAME=mt$K
-M=/tmp/mt-mnt-$K; F=/tmp/mt-fs-$K; DEV=; MP=; TP=
-cleanup() {
-    mountpoint -q $F && umount $F
-    [ -n "$DEV" ] && losetup -d $DEV
-    [ -n "$MP" ] && kill $MP 2>/dev/null && wait $MP 2>/dev/null
-    [ -n "$TP" ] && kill $TP 2>/dev/null && wait $TP 2>/dev/null
-    $BIN netem down --name $NAME > /dev/null 2>&1
-    return 0
-}
-trap cleanup EXIT
-[ -f /tmp/ws-src.bin ] || head -c 256M /dev/urandom > /tmp/ws-src.bin
-$BIN netem up --name $NAME --rate 1gbit --delay ${DELAY:-50}ms > /dev/null
-C=wbk-$NAME-c; S=wbk-$NAME-s
-ip netns exec $S $BIN target --size $((2<<30)) --listen 10.77.2.2:10809 --insecure > /dev/null 2>&1 &
-TP=$!
-sleep 1
-mkdir -p $M $F
+. "$(dirname "$0")/path.sh"
 startm() {
-  nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --cache-size $((256<<20)) --log "${LOG:-warn}" > /tmp/s37/mt-$K-$1.log 2>&1 &
+  nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --cache-size $((256<<20)) --log "${LOG:-warn}" > /tmp/$NAME-$1.log 2>&1 &
   MP=$!
   while [ ! -e $M/disk ]; do sleep 0.1; done
   DEV=$(losetup -f --show $M/disk); [ -n "$RA" ] && blockdev --setra $((RA*2)) $DEV; cat /sys/block/${DEV#/dev/}/queue/read_ahead_kb >&2

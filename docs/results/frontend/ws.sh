@@ -4,24 +4,8 @@
 # CC (env, default cubic) = the mount's --congestion. Everything is torn down on exit.
 set -e
 BIN=$1; SS=$2; K=$3; NAME=ws$K
-M=/tmp/ws-mnt-$K; F=/tmp/ws-fs-$K; DEV=; MP=; TP=
-cleanup() {
-    mountpoint -q $F && umount $F
-    [ -n "$DEV" ] && losetup -d $DEV
-    [ -n "$MP" ] && kill $MP 2>/dev/null && wait $MP 2>/dev/null
-    [ -n "$TP" ] && kill $TP 2>/dev/null && wait $TP 2>/dev/null
-    $BIN netem down --name $NAME > /dev/null 2>&1
-    return 0
-}
-trap cleanup EXIT
-[ -f /tmp/ws-src.bin ] || head -c 256M /dev/urandom > /tmp/ws-src.bin
-$BIN netem up --name $NAME --rate 1gbit --delay 50ms > /dev/null
-C=wbk-$NAME-c; S=wbk-$NAME-s
+. "$(dirname "$0")/path.sh"
 for ns in $C $S; do ip netns exec $ns sysctl -q -w net.ipv4.tcp_slow_start_after_idle=$SS; done
-ip netns exec $S $BIN target --size $((2<<30)) --listen 10.77.2.2:10809 --insecure > /dev/null 2>&1 &
-TP=$!
-sleep 1
-mkdir -p $M $F
 nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --congestion ${CC:-cubic} --cache-size $((256<<20)) > /dev/null 2>&1 &
 MP=$!
 while [ ! -e $M/disk ]; do sleep 0.1; done

@@ -1,7 +1,7 @@
 //! The [`Endpoint`] over one iSCSI connection: block I/O as SCSI commands.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,6 +11,7 @@ use wanblk_iscsi_proto::keys::Params;
 use wanblk_iscsi_proto::scsi::{self, Sense};
 use wanblk_iscsi_proto::{Command, CommandError, ConnError, DataDir, Outcome};
 
+use crate::Members;
 use crate::transport::Link;
 
 /// The most bytes one `read`/`write` call may carry (split into commands).
@@ -211,7 +212,8 @@ pub struct IscsiEndpoint {
     cid: u16,
     /// Logging out ends the session (own session, or the last MC/S connection).
     own_session: bool,
-    mcs_live: Option<Arc<AtomicUsize>>,
+    /// The MC/S session's connections, this one among them.
+    mcs: Option<Arc<Members>>,
     closed: AtomicBool,
 }
 
@@ -228,9 +230,9 @@ impl IscsiEndpoint {
         lun: Arc<LunInfo>,
         cid: u16,
         own_session: bool,
-        mcs_live: Option<Arc<AtomicUsize>>,
+        mcs: Option<Arc<Members>>,
     ) -> IscsiEndpoint {
-        IscsiEndpoint { name, link, lun, cid, own_session, mcs_live, closed: AtomicBool::new(false) }
+        IscsiEndpoint { name, link, lun, cid, own_session, mcs, closed: AtomicBool::new(false) }
     }
 
     /// Logical block length of the LUN.
@@ -493,8 +495,8 @@ impl Endpoint for IscsiEndpoint {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let last = match &self.mcs_live {
-            Some(live) => live.fetch_sub(1, Ordering::SeqCst) == 1,
+        let last = match &self.mcs {
+            Some(m) => m.leave(self.cid),
             None => self.own_session,
         };
         self.link
@@ -507,8 +509,8 @@ impl Endpoint for IscsiEndpoint {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let last = match &self.mcs_live {
-            Some(live) => live.fetch_sub(1, Ordering::SeqCst) == 1,
+        let last = match &self.mcs {
+            Some(m) => m.leave(self.cid),
             None => self.own_session,
         };
         self.link.abort(last, self.cid, ABORT_BOUND).await;
@@ -530,8 +532,8 @@ impl Drop for IscsiEndpoint {
     fn drop(&mut self) {
         // Not closed cleanly: drop the TCP connection so the tasks end.
         if !self.closed.swap(true, Ordering::SeqCst) {
-            if let Some(live) = &self.mcs_live {
-                live.fetch_sub(1, Ordering::SeqCst);
+            if let Some(m) = &self.mcs {
+                m.leave(self.cid);
             }
             self.link.shutdown();
         }

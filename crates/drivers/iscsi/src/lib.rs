@@ -147,8 +147,57 @@ struct McsSession {
     params: Params,
     window: Arc<Window>,
     lun: Arc<LunInfo>,
-    next_cid: AtomicU16,
-    live: Arc<AtomicUsize>,
+    members: Arc<Members>,
+}
+
+/// The CIDs of an MC/S session's live connections. A new connection takes
+/// the next CID after the last one handed out that no live connection
+/// holds (wrapping below 0xFFFF, see [`wanblk_iscsi_proto::login_tag`]):
+/// never a live connection's (a login with a live CID reinstates, that is
+/// ends, that connection: RFC 7143 section 6.2.1), and a closed one's only
+/// after the whole range went round.
+#[derive(Debug)]
+pub(crate) struct Members {
+    state: std::sync::Mutex<(std::collections::BTreeSet<u16>, u16)>,
+}
+
+impl Members {
+    /// A session whose first connection has CID 0.
+    fn new() -> Members {
+        Members { state: std::sync::Mutex::new((std::collections::BTreeSet::from([0]), 1)) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (std::collections::BTreeSet<u16>, u16)> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Live connections.
+    pub(crate) fn count(&self) -> usize {
+        self.lock().0.len()
+    }
+
+    /// A CID for a new connection, unless `limit` connections live.
+    fn join(&self, limit: usize) -> Option<u16> {
+        let mut g = self.lock();
+        let (live, next) = &mut *g;
+        if live.len() >= limit.min(usize::from(u16::MAX)) {
+            return None;
+        }
+        let mut cid = *next;
+        while live.contains(&cid) || cid == u16::MAX {
+            cid = cid.wrapping_add(1);
+        }
+        live.insert(cid);
+        *next = cid.wrapping_add(1);
+        Some(cid)
+    }
+
+    /// Connection `cid` ends; true if it was the last one.
+    pub(crate) fn leave(&self, cid: u16) -> bool {
+        let mut g = self.lock();
+        g.0.remove(&cid);
+        g.0.is_empty()
+    }
 }
 
 /// Opens iSCSI sessions (or MC/S connections) to one LUN.
@@ -159,7 +208,9 @@ pub struct IscsiConnector {
     offer: Vec<(String, String)>,
     isid_base: [u8; 3],
     isid_counter: AtomicU16,
-    itt_base: AtomicU32,
+    /// Logins so far (a per-login salt of the target's challenge when the
+    /// system's random source fails).
+    logins: AtomicU32,
     mcs: tokio::sync::Mutex<Option<Arc<McsSession>>>,
     max_connections: AtomicUsize,
     /// What the first session's probe learnt about the LUN; later sessions
@@ -258,7 +309,7 @@ impl IscsiConnector {
             offer,
             isid_base: [r[0], r[1], r[2]],
             isid_counter: AtomicU16::new(u16::from_be_bytes([r[3], r[4]])),
-            itt_base: AtomicU32::new(0x1000_0000),
+            logins: AtomicU32::new(0),
             mcs: tokio::sync::Mutex::new(None),
             max_connections: AtomicUsize::new(0),
             lun: std::sync::Mutex::new(None),
@@ -309,7 +360,7 @@ impl IscsiConnector {
         if random.is_err() {
             // Unique per login all the same (never reused, never the target's).
             let mut h = RandomState::new().build_hasher();
-            h.write_u32(self.itt_base.load(Ordering::Relaxed));
+            h.write_u32(self.logins.load(Ordering::Relaxed));
             challenge[..8].copy_from_slice(&h.finish().to_be_bytes());
         }
         Some(TargetAuth {
@@ -344,7 +395,10 @@ impl IscsiConnector {
             isid,
             tsih,
             cid,
-            itt: self.itt_base.fetch_add(1, Ordering::Relaxed),
+            itt: {
+                self.logins.fetch_add(1, Ordering::Relaxed);
+                wanblk_iscsi_proto::login_tag(cid)
+            },
             cmd_sn,
             exp_stat_sn: 0,
             auth: self.auth(),
@@ -432,28 +486,26 @@ impl IscsiConnector {
         // Join the session while one of its connections lives; after a
         // session failure (ERL 0) the next connect starts a new session.
         if let Some(s) = guard.as_ref()
-            && s.live.load(Ordering::SeqCst) > 0
+            && s.members.count() > 0
             && s.window.healthy()
         {
             let s = Arc::clone(s);
             drop(guard);
             let limit = s.params.max_connections as usize;
             // RFC 7143 section 13.2: never more connections than MaxConnections.
-            if s.live.fetch_add(1, Ordering::SeqCst) >= limit {
-                s.live.fetch_sub(1, Ordering::SeqCst);
+            let Some(cid) = s.members.join(limit) else {
                 return Err(EndpointError::config(
                     &self.name,
                     None,
                     format!("the session already has {limit} connections (the target's MaxConnections)"),
                 ));
-            }
-            let cid = s.next_cid.fetch_add(1, Ordering::SeqCst);
+            };
             let opened =
                 self.open(s.isid, s.tsih, cid, Some(Arc::clone(&s.window)), Some(s.params.clone())).await;
             let (link, _, _, _) = match opened {
                 Ok(o) => o,
                 Err(e) => {
-                    s.live.fetch_sub(1, Ordering::SeqCst);
+                    s.members.leave(cid);
                     return Err(e);
                 }
             };
@@ -463,7 +515,7 @@ impl IscsiConnector {
                 Arc::clone(&s.lun),
                 cid,
                 false,
-                Some(Arc::clone(&s.live)),
+                Some(Arc::clone(&s.members)),
             )));
         }
         let isid = self.new_isid();
@@ -476,17 +528,16 @@ impl IscsiConnector {
                 return Err(e);
             }
         };
-        let live = Arc::new(AtomicUsize::new(1));
+        let members = Arc::new(Members::new());
         *guard = Some(Arc::new(McsSession {
             isid,
             tsih,
             params,
             window,
             lun: Arc::clone(&lun),
-            next_cid: AtomicU16::new(1),
-            live: Arc::clone(&live),
+            members: Arc::clone(&members),
         }));
-        Ok(Arc::new(IscsiEndpoint::new(self.name.clone(), link, lun, 0, false, Some(live))))
+        Ok(Arc::new(IscsiEndpoint::new(self.name.clone(), link, lun, 0, false, Some(members))))
     }
 
     /// Opens one session (or MC/S connection) and returns the concrete endpoint.
@@ -556,5 +607,32 @@ impl Connector for IscsiConnector {
                 n => Some(n),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod members_tests {
+    use super::Members;
+
+    #[test]
+    fn cids_are_never_a_live_connections_and_stay_below_the_reserved_range() {
+        let m = Members::new();
+        assert_eq!(m.join(3), Some(1));
+        assert_eq!(m.join(3), Some(2));
+        assert_eq!(m.join(3), None, "MaxConnections reached");
+        assert!(!m.leave(1));
+        // The next CID, not the one just freed.
+        assert_eq!(m.join(3), Some(3));
+        // Round the whole range with connection 0 and 3 alive: every CID
+        // handed out is free, never 0xFFFF, never 0 or 3.
+        assert!(!m.leave(2));
+        for _ in 0..70_000 {
+            let c = m.join(3).expect("room for one more");
+            assert!(c != u16::MAX && c != 0 && c != 3, "cid {c}");
+            assert!(!m.leave(c));
+        }
+        assert!(!m.leave(3));
+        assert!(m.leave(0), "the last connection");
+        assert_eq!(m.count(), 0);
     }
 }

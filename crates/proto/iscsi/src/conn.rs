@@ -281,6 +281,16 @@ const SHORT_SEGMENT: u32 = 256 << 10;
 /// unsolicited Data-Out.
 const SHORT_IMMEDIATE: usize = 64 << 10;
 
+/// The task tag of the login of connection `cid`: the last tag of the
+/// CID's range (see [`Connection::with_cid`]), which no other connection of
+/// the session uses; the connection's own commands start at the range's
+/// first tag once the login is over. `cid` 0xFFFF would give the reserved
+/// tag, so CIDs stay below it.
+#[must_use]
+pub fn login_tag(cid: u16) -> u32 {
+    (u32::from(cid) << 16) | 0xFFFF
+}
+
 /// One full-feature connection.
 #[derive(Debug)]
 pub struct Connection {
@@ -340,6 +350,8 @@ impl Connection {
     /// (RFC 7143 section 11.2.1.8), and a target looks Data-Out up by it
     /// session-wide, so each connection of an MC/S session takes its tags
     /// from its own range (the CID in the high 16 bits).
+    /// A connection's login takes [`login_tag`] (the last tag of the
+    /// range), so it overlaps no other connection's tasks either.
     #[must_use]
     pub fn with_cid(mut self, cid: u16) -> Connection {
         self.itt_base = u32::from(cid) << 16;

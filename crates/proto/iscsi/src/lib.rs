@@ -44,7 +44,7 @@ pub mod scsi;
 pub mod serial;
 pub mod text;
 
-pub use conn::{CmdWindow, Command, Connection, DataDir, Event, Outcome, encode_lun};
+pub use conn::{CmdWindow, Command, Connection, DataDir, Event, Outcome, encode_lun, login_tag};
 pub use error::{CommandError, ConnError, LoginError, PduError, TextError};
 pub use keys::Params;
 pub use login::{Auth, Login, LoginConfig, LoginOutcome, LoginStep, TargetAuth};

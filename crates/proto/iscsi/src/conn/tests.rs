@@ -700,3 +700,18 @@ fn commands_overtake_queued_data_out() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].data, a);
 }
+
+/// A login's tag lies in its own connection's range, away from the tags of
+/// every other connection of the session and from the reserved tag.
+#[test]
+fn login_tags_stay_in_their_connections_range() {
+    for cid in [0u16, 1, 5, 0x1000, 0xFFFE] {
+        let tag = login_tag(cid);
+        assert_eq!(tag >> 16, u32::from(cid));
+        assert_ne!(tag, RESERVED_TAG);
+        // The connection's first commands come from the start of the range.
+        let mut c = Connection::new(params(), 0, 0).with_cid(cid);
+        let itt = c.start_command(Command { cdb: scsi::read16(0, 8), dir: DataDir::Read(4096) }, 1).unwrap();
+        assert_eq!(itt, u32::from(cid) << 16 | 1);
+    }
+}
