@@ -6,20 +6,10 @@
 set -e
 BIN=$1; K=$2; NAME=mt$K
 . "$(dirname "$0")/path.sh"
-startm() {
-  nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --cache-size $((256<<20)) --log "${LOG:-warn}" > /tmp/$NAME-$1.log 2>&1 &
-  MP=$!
-  while [ ! -e $M/disk ]; do sleep 0.1; done
-  DEV=$(losetup -f --show $M/disk); [ -n "$RA" ] && blockdev --setra $((RA*2)) $DEV; cat /sys/block/${DEV#/dev/}/queue/read_ahead_kb >&2
-}
+startm() { start_mount /tmp/$NAME-$1.log --log "${LOG:-warn}"; }
 stopm() { umount $F; losetup -d $DEV; DEV=; kill $MP; wait $MP || true; MP=; }
 startm w
-T0=$(date +%s.%N)
-mkfs.ext4 -q -F $DEV
-mount $DEV $F
-T1=$(date +%s.%N)
-dd if=/tmp/ws-src.bin of=$F/data.bin bs=1M conv=fsync status=none
-T2=$(date +%s.%N)
+write_fs
 stopm
 sync; echo 3 > /proc/sys/vm/drop_caches
 startm r

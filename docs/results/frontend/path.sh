@@ -19,3 +19,23 @@ ip netns exec $S $BIN target --size $((2<<30)) --listen 10.77.2.2:10809 --insecu
 TP=$!
 sleep 1
 mkdir -p $M $F
+# start_mount LOGFILE ARGS...: `wanblk mount` of the target on $M with ARGS (stdout and stderr
+# to LOGFILE), then its disk on a loop device $DEV (read-ahead RA KiB if RA is set).
+start_mount() {
+    local log=$1; shift
+    nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --cache-size $((256<<20)) "$@" > $log 2>&1 &
+    MP=$!
+    while [ ! -e $M/disk ]; do sleep 0.1; done
+    DEV=$(losetup -f --show $M/disk)
+    if [ -n "$RA" ]; then blockdev --setra $((RA*2)) $DEV; fi
+}
+# write_fs: mkfs.ext4 and mount on $DEV, then 256 MiB written with dd conv=fsync;
+# T0, T1 (mounted), T2 (synced) are the times.
+write_fs() {
+    T0=$(date +%s.%N)
+    mkfs.ext4 -q -F $DEV
+    mount $DEV $F
+    T1=$(date +%s.%N)
+    dd if=/tmp/ws-src.bin of=$F/data.bin bs=1M conv=fsync status=none
+    T2=$(date +%s.%N)
+}

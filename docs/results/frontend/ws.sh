@@ -6,14 +6,6 @@ set -e
 BIN=$1; SS=$2; K=$3; NAME=ws$K
 . "$(dirname "$0")/path.sh"
 for ns in $C $S; do ip netns exec $ns sysctl -q -w net.ipv4.tcp_slow_start_after_idle=$SS; done
-nsenter --net=/run/netns/$C $BIN mount nbd://10.77.2.2:10809 $M --congestion ${CC:-cubic} --cache-size $((256<<20)) > /dev/null 2>&1 &
-MP=$!
-while [ ! -e $M/disk ]; do sleep 0.1; done
-DEV=$(losetup -f --show $M/disk)
-T0=$(date +%s.%N)
-mkfs.ext4 -q -F $DEV
-mount $DEV $F
-T1=$(date +%s.%N)
-dd if=/tmp/ws-src.bin of=$F/data.bin bs=1M conv=fsync status=none
-T2=$(date +%s.%N)
+start_mount /dev/null --congestion ${CC:-cubic}
+write_fs
 python3 -c "print('CC=${CC:-cubic} SSAI=$SS $K: mkfs+mount %.1f s, write+sync %.0f Mbit/s' % ($T1-$T0, 256*8*1.048576/($T2-$T1)))"
