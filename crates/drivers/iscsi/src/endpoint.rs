@@ -235,6 +235,15 @@ impl IscsiEndpoint {
         IscsiEndpoint { name, link, lun, cid, own_session, mcs, closed: AtomicBool::new(false) }
     }
 
+    /// This connection leaves its session: true if its logout ends the
+    /// session (its own session, or the last connection of an MC/S one).
+    fn leave(&self) -> bool {
+        match &self.mcs {
+            Some(m) => m.leave(self.cid),
+            None => self.own_session,
+        }
+    }
+
     /// Logical block length of the LUN.
     pub fn block_len(&self) -> u32 {
         self.lun.block_len
@@ -495,10 +504,7 @@ impl Endpoint for IscsiEndpoint {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let last = match &self.mcs {
-            Some(m) => m.leave(self.cid),
-            None => self.own_session,
-        };
+        let last = self.leave();
         self.link
             .logout(last, self.cid, Duration::from_secs(30))
             .await
@@ -509,10 +515,7 @@ impl Endpoint for IscsiEndpoint {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let last = match &self.mcs {
-            Some(m) => m.leave(self.cid),
-            None => self.own_session,
-        };
+        let last = self.leave();
         self.link.abort(last, self.cid, ABORT_BOUND).await;
     }
 
@@ -532,9 +535,7 @@ impl Drop for IscsiEndpoint {
     fn drop(&mut self) {
         // Not closed cleanly: drop the TCP connection so the tasks end.
         if !self.closed.swap(true, Ordering::SeqCst) {
-            if let Some(m) = &self.mcs {
-                m.leave(self.cid);
-            }
+            self.leave();
             self.link.shutdown();
         }
     }

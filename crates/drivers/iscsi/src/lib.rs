@@ -158,28 +158,37 @@ struct McsSession {
 /// after the whole range went round.
 #[derive(Debug)]
 pub(crate) struct Members {
-    state: std::sync::Mutex<(std::collections::BTreeSet<u16>, u16)>,
+    state: std::sync::Mutex<Cids>,
+}
+
+#[derive(Debug)]
+struct Cids {
+    live: std::collections::BTreeSet<u16>,
+    /// Where the search for the next free CID starts.
+    next: u16,
 }
 
 impl Members {
     /// A session whose first connection has CID 0.
     fn new() -> Members {
-        Members { state: std::sync::Mutex::new((std::collections::BTreeSet::from([0]), 1)) }
+        Members {
+            state: std::sync::Mutex::new(Cids { live: std::collections::BTreeSet::from([0]), next: 1 }),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (std::collections::BTreeSet<u16>, u16)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cids> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Live connections.
     pub(crate) fn count(&self) -> usize {
-        self.lock().0.len()
+        self.lock().live.len()
     }
 
     /// A CID for a new connection, unless `limit` connections live.
     fn join(&self, limit: usize) -> Option<u16> {
         let mut g = self.lock();
-        let (live, next) = &mut *g;
+        let Cids { live, next } = &mut *g;
         if live.len() >= limit.min(usize::from(u16::MAX)) {
             return None;
         }
@@ -195,8 +204,8 @@ impl Members {
     /// Connection `cid` ends; true if it was the last one.
     pub(crate) fn leave(&self, cid: u16) -> bool {
         let mut g = self.lock();
-        g.0.remove(&cid);
-        g.0.is_empty()
+        g.live.remove(&cid);
+        g.live.is_empty()
     }
 }
 

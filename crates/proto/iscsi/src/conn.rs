@@ -288,7 +288,12 @@ const SHORT_IMMEDIATE: usize = 64 << 10;
 /// tag, so CIDs stay below it.
 #[must_use]
 pub fn login_tag(cid: u16) -> u32 {
-    (u32::from(cid) << 16) | 0xFFFF
+    tag_range(cid) | 0xFFFF
+}
+
+/// The first tag of connection `cid`'s range: the CID in the high 16 bits.
+fn tag_range(cid: u16) -> u32 {
+    u32::from(cid) << 16
 }
 
 /// One full-feature connection.
@@ -354,7 +359,7 @@ impl Connection {
     /// range), so it overlaps no other connection's tasks either.
     #[must_use]
     pub fn with_cid(mut self, cid: u16) -> Connection {
-        self.itt_base = u32::from(cid) << 16;
+        self.itt_base = tag_range(cid);
         self
     }
 
