@@ -671,6 +671,40 @@ fn n_is_held_once_the_job_is_about_to_end() {
     assert!(later.windows(2).any(|w| w[0] != w[1]), "N moves after {t_end} s: {later:?}");
 }
 
+/// Whether the N held from the first ending sample on had a measurement
+/// (a sample the tuner used) since it was taken, and that N.
+fn end_on_a_measured_n(samples: &[IntervalSample]) -> Option<(bool, usize)> {
+    let first = samples.iter().position(|s| s.ending)?;
+    let n = samples[first].n;
+    let measured = samples[..first].iter().rev().take_while(|s| s.n == n).any(|s| !s.discarded);
+    Some((measured, n))
+}
+
+#[test]
+fn n_is_never_held_on_a_warm_up_alone() {
+    // Jobs of many sizes on the knee-16 path: wherever the end falls
+    // during the climb, the N held to the end had been measured, not only
+    // warmed up (run G's cubic 0.1 % cell held 16 sessions on the reading
+    // of their slow start, for the last 6 s of the copy, while they fell
+    // to a quarter of it). On the rule before this one 48 of these 76
+    // jobs were held on an unmeasured N (16 or 12 during the climb, 14
+    // during the golden search); now those end while still tuning, none
+    // later than before.
+    let mut ended = 0;
+    for mb in (150..=900).step_by(10) {
+        let (mut c, mut sim) = knee_16_path();
+        drive_job(&mut c, &mut sim, 30.0, mb * 1_000_000, |_, _| {});
+        if let Some((measured, n)) = end_on_a_measured_n(c.samples()) {
+            ended += 1;
+            if !measured {
+                show("held on a warm-up", c.samples());
+            }
+            assert!(measured, "a {mb} MB job held N = {n} on its warm-up alone");
+        }
+    }
+    assert!(ended >= 20, "only {ended} jobs ended (the check above cannot fail)");
+}
+
 #[test]
 fn an_end_whose_forecast_fails_is_searched_again() {
     // The same path and job as above; once the job is taken for ending,

@@ -308,10 +308,17 @@ pub const SETTLE_WINDOWS: usize = 3;
 pub const DEMAND_LIMITED: f64 = 0.5;
 /// A job with less left to move than this many round trips (at least
 /// [`END_MIN`]) carry at its goodput is ending: N is held from then on
-/// (unless the forecast fails, [`END_REVOKE`]). A
+/// (unless the forecast fails, [`END_REVOKE`]; not on a warm-up alone,
+/// [`END_PUT_OFF`]). A
 /// step of N pays connects, slow start and a measurement (or a drain)
 /// before it can pay off, which takes about this long.
 pub const END_RTTS: f64 = 20.0;
+/// An end is put off while the current N has only a warm-up behind it,
+/// for at most this many intervals of a job (a warm-up and a measurement
+/// of one step, or of two when the step after it is a short one): a
+/// warm-up's reading is no forecast (on a lossy path it is slow start
+/// before the first losses), and the measurement may step N once more.
+pub const END_PUT_OFF: u32 = 3;
 /// The least time [`END_RTTS`] stands for.
 pub const END_MIN: Duration = Duration::from_secs(1);
 /// An ending job is searched again once what is left needs more than this
@@ -620,6 +627,12 @@ pub struct Controller {
     small_path: bool,
     /// The job is ending (see [`END_RTTS`]): N is held.
     ending: bool,
+    /// The tuner took a measurement at the current N since it last
+    /// changed (a used sample, or a warm-up that settled).
+    measured: bool,
+    /// Intervals in which an end was put off because the current N had no
+    /// measurement yet (see [`END_PUT_OFF`]).
+    end_put_off: u32,
     /// The smallest RTT seen on the path, seconds (0 unknown).
     path_rtt_s: f64,
     /// The path's base RTT as re-taken after a path change (seconds), where
@@ -700,6 +713,8 @@ impl Controller {
             last_change_s: None,
             small_path,
             ending: false,
+            measured: false,
+            end_put_off: 0,
             path_rtt_s: rtt,
             path_base_s: None,
             bursty: false,
@@ -1001,6 +1016,7 @@ impl Controller {
         self.decreased = self.decision.active < before;
         self.queue_before_change = self.samples.last().and_then(|s| s.standing_queue);
         self.since_change = 0;
+        self.measured = false;
         let rtt_s = self.samples.last().map_or(0.0, |s| s.rtt_ms / 1e3);
         self.last_change_s = self.samples.last().map(|s| s.t_s);
         self.size_requests(rtt_s);
@@ -1333,6 +1349,15 @@ impl Controller {
             if !self.ending {
                 self.ending = since >= 0.0
                     && remaining.is_some_and(|r| pace.is_finite() && pace > 0.0 && r < pace * horizon_s);
+                if self.ending && !self.measured && self.end_put_off < END_PUT_OFF && self.tuner.is_some() {
+                    // The current N has only its warm-up behind it: on a
+                    // lossy path that is slow start before the first losses
+                    // cut the windows, and holding N on it froze a climb
+                    // whose next step would have carried the rest several
+                    // times faster. Its measurement first.
+                    self.ending = false;
+                    self.end_put_off += 1;
+                }
             } else if remaining
                 .is_some_and(|r| goodput.is_finite() && goodput > 0.0 && r > goodput * END_REVOKE * horizon_s)
             {
@@ -1357,10 +1382,12 @@ impl Controller {
                 };
                 let step = t.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s: d }, signals);
                 sample.discarded = step.discarded();
+                self.measured |= !step.discarded();
                 if step.next_n != n {
                     self.decreased = step.next_n < n;
                     self.queue_before_change = standing_queue;
                     self.since_change = 0;
+                    self.measured = false;
                     self.decision.active = step.next_n;
                     self.last_change_s = Some(sample.t_s);
                 }
