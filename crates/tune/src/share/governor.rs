@@ -300,6 +300,11 @@ pub struct Governor {
     /// Our goodput in the interval that decided the last cut, until the
     /// next raise (see [`Governor::observe`]: a cut that overshot).
     cut_goodput: Option<f64>,
+    /// A cut's test found the queue as deep after our N fell: someone
+    /// else keeps it (a loss-based flow fills the queue whatever we do).
+    /// `fair` then cuts on the queue alone, as `polite` does, until the
+    /// path shows room again; the path-change test is not made meanwhile.
+    shared: bool,
     /// Multiplies `release_after`: doubles each time a raise is refuted
     /// (up to [`RELEASE_BACKOFF_MAX`]), back to 1 when one holds.
     release_backoff: usize,
@@ -325,6 +330,7 @@ impl Governor {
             restart: None,
             raised_from: None,
             cut_goodput: None,
+            shared: false,
             release_backoff: 1,
             changes: Vec::new(),
         }
@@ -420,8 +426,17 @@ impl Governor {
         // Per-session goodput fell as N rose: the extra sessions took
         // their share from the others (ours or other traffic's), they
         // did not fill idle capacity.
-        let crowded = per_session.is_finite()
-            && self.per_session.range(..o.n).any(|(_, best)| per_session < best * self.config.crowding);
+        if queue <= ROOM_QUEUE_S {
+            // Room: whoever kept the queue has left.
+            self.shared = false;
+        }
+        // A shared path needs no more evidence: against flows that keep
+        // the queue full, each of ours moves as much as with fewer only
+        // because the queue is theirs (four cubic flows: 5 of ours held an
+        // 80 ms queue for 34 s, each moving more than 4 had early on).
+        let crowded = self.shared
+            || per_session.is_finite()
+                && self.per_session.range(..o.n).any(|(_, best)| per_session < best * self.config.crowding);
         if per_session.is_finite() && per_session > 0.0 {
             let best = self.per_session.entry(o.n).or_insert(per_session);
             *best = best.max(per_session);
@@ -563,6 +578,7 @@ impl Governor {
         self.cut = None;
         self.cut_goodput = None;
         self.raised_from = None;
+        self.shared = false;
         self.release_backoff = 1;
     }
 
@@ -603,7 +619,16 @@ impl Governor {
         // together cut at the same time and each saw the other's queue
         // stay; without this both re-based and climbed to 32 sessions.
         self.cut = None;
+        if self.shared {
+            // The queue is someone else's (below): no path to re-take.
+            return None;
+        }
         if cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding {
+            // The cut stands. A queue that stayed as deep (with no losses
+            // to say it overflowed) is someone else's.
+            if o.losses == 0 && queue_stayed(&cut, o, base) {
+                self.shared = true;
+            }
             return None;
         }
         // A queue that overflowed (losses) is as deep as it can be, so it
@@ -617,12 +642,7 @@ impl Governor {
             }
             return None;
         }
-        // A queue of ours shrinks with N: window-limited sessions move
-        // their windows every RTT, so the RTT falls about in proportion to
-        // N, down to the base.
-        let expected = base.max(cut.rtt_s * o.n as f64 / cut.n as f64);
-        let fell = cut.rtt_s - o.rtt_s;
-        if cut.rtt_s - expected <= 0.0 || fell >= (cut.rtt_s - expected) / 2.0 {
+        if !queue_stayed(&cut, o, base) {
             return None;
         }
         self.base_s = Some(o.rtt_s);
@@ -643,6 +663,16 @@ impl Governor {
         });
         Some(lifted)
     }
+}
+
+/// After `cut`, whether `o` (with fewer sessions) shows the RTT fell by
+/// less than half of what a queue of ours would have. A queue of ours
+/// shrinks with N: window-limited sessions move their windows every RTT,
+/// so the RTT falls about in proportion to N, down to the base.
+fn queue_stayed(cut: &Cut, o: &PathObservation, base: f64) -> bool {
+    let expected = base.max(cut.rtt_s * o.n as f64 / cut.n as f64);
+    let fell = cut.rtt_s - o.rtt_s;
+    cut.rtt_s - expected > 0.0 && fell < (cut.rtt_s - expected) / 2.0
 }
 
 #[cfg(test)]
@@ -886,6 +916,41 @@ mod tests {
         assert_eq!(g.observe(&obs(8, 200.0)), Some(Some(5)));
         assert_eq!(g.observe(&obs(5, 200.0)), Some(Some(3)));
         assert_eq!(g.path_base_rtt_s(), None);
+    }
+
+    #[test]
+    fn a_queue_others_keep_full_is_cut_on_alone_once_a_cut_left_it() {
+        // Four cubic flows keep the queue full from the start (the share
+        // bench, stop 36): 4 of ours move 269 Mbit/s early on, 8 move 373
+        // (each less: a cut to 8 x 125 / 196 = 5), and then 5 hold the
+        // 80 ms queue while their windows grow, each moving more than the
+        // early 4 did: no crowding to see.
+        let run = |g: &mut Governor| {
+            assert_eq!(g.observe(&at(4, 160.0, 269.0)), None);
+            assert_eq!(g.observe(&at(8, 185.0, 373.0)), None, "one full interval");
+            assert_eq!(g.observe(&at(8, 196.0, 370.0)), Some(Some(5)));
+            let mut ceilings = Vec::new();
+            for mbit in [400.0, 412.0, 425.0, 421.0, 428.0, 430.0, 440.0, 445.0] {
+                let n = g.ceiling().unwrap();
+                if let Some(c) = g.observe(&at(n, 186.0, mbit * n as f64 / 5.0)) {
+                    ceilings.push(c);
+                }
+            }
+            ceilings
+        };
+        let mut g = Governor::new(GovernorConfig::new(ShareMode::Fair));
+        let cuts = run(&mut g);
+        // The cut's test saw the queue stay (186 ms after 196, where a
+        // queue of ours would have fallen to 122): someone else's. From
+        // then on the queue alone cuts, by at most half each time.
+        assert_eq!(cuts.first(), Some(&Some(3)), "{cuts:?}");
+        assert!(g.ceiling().is_some_and(|c| c <= 2), "{cuts:?}");
+        assert_eq!(g.path_base_rtt_s(), None, "not taken for a longer path");
+        // Once the path shows room the flag is gone: a queue needs the
+        // crowding evidence again.
+        let n = g.ceiling().unwrap();
+        assert_eq!(g.observe(&at(n, 100.5, 300.0)), None);
+        assert!(!g.shared);
     }
 
     #[test]
