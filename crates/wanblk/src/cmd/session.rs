@@ -297,7 +297,9 @@ pub(crate) struct SessionArgs {
     /// bottleneck) and each session moves less than with fewer sessions
     /// (more sessions only take share from the others); N is then held
     /// where the windows fit without that queue, so a flow sharing the path
-    /// keeps most of its rate. Alone on the path (fewer sessions carried
+    /// keeps most of its rate; once fewer sessions left that queue as deep
+    /// (flows that keep it full whatever wanblk does), the queue alone
+    /// lowers N, towards one session. Alone on the path (fewer sessions carried
     /// nearly all of what more carry, with no queue) the queue is wanblk's
     /// own and is left to the tuner. `polite`: act on the queue alone, allowing
     /// almost none (5 % of the base RTT), so other traffic goes first;
