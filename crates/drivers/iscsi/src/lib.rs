@@ -217,9 +217,9 @@ pub struct IscsiConnector {
     offer: Vec<(String, String)>,
     isid_base: [u8; 3],
     isid_counter: AtomicU16,
-    /// Logins so far (a per-login salt of the target's challenge when the
-    /// system's random source fails).
-    logins: AtomicU32,
+    /// Challenges made without the system's random source: each one's
+    /// salt, so no two logins send the same challenge.
+    fallback_challenges: AtomicU32,
     mcs: tokio::sync::Mutex<Option<Arc<McsSession>>>,
     max_connections: AtomicUsize,
     /// What the first session's probe learnt about the LUN; later sessions
@@ -318,7 +318,7 @@ impl IscsiConnector {
             offer,
             isid_base: [r[0], r[1], r[2]],
             isid_counter: AtomicU16::new(u16::from_be_bytes([r[3], r[4]])),
-            logins: AtomicU32::new(0),
+            fallback_challenges: AtomicU32::new(0),
             mcs: tokio::sync::Mutex::new(None),
             max_connections: AtomicUsize::new(0),
             lun: std::sync::Mutex::new(None),
@@ -369,7 +369,7 @@ impl IscsiConnector {
         if random.is_err() {
             // Unique per login all the same (never reused, never the target's).
             let mut h = RandomState::new().build_hasher();
-            h.write_u32(self.logins.load(Ordering::Relaxed));
+            h.write_u32(self.fallback_challenges.fetch_add(1, Ordering::Relaxed));
             challenge[..8].copy_from_slice(&h.finish().to_be_bytes());
         }
         Some(TargetAuth {
@@ -404,10 +404,7 @@ impl IscsiConnector {
             isid,
             tsih,
             cid,
-            itt: {
-                self.logins.fetch_add(1, Ordering::Relaxed);
-                wanblk_iscsi_proto::login_tag(cid)
-            },
+            itt: wanblk_iscsi_proto::login_tag(cid),
             cmd_sn,
             exp_stat_sn: 0,
             auth: self.auth(),
