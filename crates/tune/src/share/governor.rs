@@ -75,15 +75,15 @@
 //! queue that overflowed stays as deep however many of the sessions
 //! that fill it are ours), so on a path with random loss `fair` does not
 //! re-base: after a delay step there it holds the sessions it cut to.
-//! When a cut's test instead finds the queue as deep while our goodput
+//! `polite` does not do this: it yields to a queue whoever keeps it, so
+//! after a lasting rise of the path's delay it stays at few sessions.
+//! When `fair`'s test after a cut finds the queue as deep while our goodput
 //! stayed near its best, the queue is someone else's (loss-based flows
 //! keep it full whatever we do): the path is marked shared, and from then
 //! on `fair` cuts on the queue alone, at most half the sessions at a time,
 //! without the path-change test, until the path shows room again. Against
 //! four cubic flows 5 of ours otherwise held an 80 ms queue for 34 s, each
 //! moving more than 4 had early on, so no crowding showed.
-//! `polite` does not do this: it yields to a queue whoever keeps it, so
-//! after a lasting rise of the path's delay it stays at few sessions.
 //!
 //! Sans-I/O: fed with [`PathObservation`]s, it answers ceilings.
 
