@@ -12,8 +12,9 @@
 //!   flow's rate while the copy runs against the reference;
 //! - m wanblk copies started together, m = 2 and 4 (sizes: see
 //!   [`ShareOptions::size`]), each tuning on its own (`--share-scope
-//!   none`), then the same with the host's budget (`--share-scope host`,
-//!   the default: the copies split one copy's N through the coordinator);
+//!   none`, the default), then the same with the host's budget
+//!   (`--share-scope host`: the copies split one copy's N through the
+//!   coordinator);
 //! - the I/O-intensive case: wanblk alone with 64 KiB requests;
 //! - on the same path with random loss 0.01 %, and with bbr instead of
 //!   cubic (a new emulated path each): wanblk alone, and 2 copies with the

@@ -91,6 +91,7 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
         goodput_bytes_per_s: sample.goodput_mbps * 1e6 / 8.0,
         discarded: sample.discarded,
         losses: sample.retransmits + sample.out_of_order,
+        demand_limited: sample.demand_limited,
     })
 }
 
@@ -157,7 +158,7 @@ pub(crate) async fn run(
                 decision = ctl.set_ceiling(ceiling).or(decision);
             }
             if let Some(n0) = governor.take_restart() {
-                tracing::info!(n0, "share: the path changed, the search starts again");
+                tracing::info!(n0, "share: the ceiling was lifted, the search starts again");
                 decision = ctl.restart_search(n0).or(decision);
             }
         }

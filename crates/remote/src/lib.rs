@@ -281,7 +281,10 @@ impl Remote {
             self.options.sessions_view,
             stop.subscribe(),
         ));
-        let governor = Governor::new(GovernorConfig::new(self.options.share));
+        let governor = Governor::new(GovernorConfig {
+            stagger_seed: stagger_seed(),
+            ..GovernorConfig::new(self.options.share)
+        });
         let host = self.host_link();
         let controller = tokio::spawn(drive::run(
             ctl,
@@ -389,4 +392,13 @@ impl Remote {
             share,
         }
     }
+}
+
+/// A seed for the share governor's raise waits that differs between the
+/// copies of one host started together (their process ids) and between
+/// runs (the clock); never 0, which means no random part.
+fn stagger_seed() -> u64 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
 }

@@ -117,6 +117,7 @@ fn govern(
         goodput_bytes_per_s: s.goodput_mbps * 1e6 / 8.0,
         discarded: s.discarded,
         losses: s.retransmits + s.out_of_order,
+        demand_limited: s.demand_limited,
     };
     if let Some(c) = governor.observe(&o) {
         decision = ctl.set_ceiling(c).or(decision);
@@ -319,10 +320,17 @@ fn a_longer_path_is_not_read_as_a_full_one() {
 /// are window-limited as in [`steady`], and the bottleneck is shared in
 /// proportion to what each keeps in flight. No losses, as in the share
 /// bench's runs (receive windows kept the queue just short of its limit,
-/// at 190 ms with 16 to 64 sessions). Returns, per copy, N per
-/// measured interval and its goodput over the last 60 simulated seconds,
-/// and the copies' combined goodput over them.
-fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
+/// at 190 ms with 16 to 64 sessions). Each copy's governor has its own
+/// stagger seed, as copies in their own processes do. With `leave`, the
+/// first copy ends then (its sessions leave the path). Returns, per copy,
+/// N per measured interval and its goodput over the last 60 simulated
+/// seconds, and the copies' combined goodput over them.
+fn simulate_copies(
+    k: usize,
+    mode: ShareMode,
+    seconds: f64,
+    leave: Option<f64>,
+) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
     let t0 = Instant::now();
     // The shared path: (rate of one session, RTT) with `total` sessions of
     // all copies on it, which share it as the sessions of one would.
@@ -341,17 +349,25 @@ fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>,
         last: f64,
     }
     let mut copies: Vec<Copy> = (0..k)
-        .map(|_| {
+        .map(|i| {
             let bytes = [0u64; 64];
             let ctl =
                 Controller::new(config.clone(), &counters(4, &bytes, &NO_RETRANSMITS, BASE_RTT), t0).unwrap();
             let active = ctl.decision().active;
-            Copy { ctl, governor: Governor::new(GovernorConfig::new(mode)), bytes, active, last: 0.0 }
+            let governor =
+                Governor::new(GovernorConfig { stagger_seed: 7 + i as u64, ..GovernorConfig::new(mode) });
+            Copy { ctl, governor, bytes, active, last: 0.0 }
         })
         .collect();
     let mut now = t0;
     let end = t0 + Duration::from_secs_f64(seconds);
+    let mut gone = None;
     while now < end {
+        if let Some(at) = leave.filter(|_| gone.is_none())
+            && now >= t0 + Duration::from_secs_f64(at)
+        {
+            gone = Some(copies.remove(0));
+        }
         let next = copies.iter().map(|c| c.ctl.poll_timeout()).min().unwrap().max(now).min(end);
         let dt = next.saturating_duration_since(now).as_secs_f64();
         let counted = next.saturating_duration_since(now.max(end - Duration::from_secs(60))).as_secs_f64();
@@ -391,7 +407,7 @@ fn simulate_copies(k: usize, mode: ShareMode, seconds: f64) -> (Vec<Vec<usize>>,
 #[test]
 fn copies_together_do_not_escalate() {
     for k in [2, 4] {
-        let (ns, each, together) = simulate_copies(k, ShareMode::Fair, 300.0);
+        let (ns, each, together) = simulate_copies(k, ShareMode::Fair, 300.0, None);
         let late: Vec<usize> = ns.iter().map(|n| n[n.len() / 2..].iter().copied().max().unwrap()).collect();
         eprintln!(
             "{k} copies: {:.0} Mbit/s together ({:?} each), late max N {late:?}",
@@ -401,5 +417,24 @@ fn copies_together_do_not_escalate() {
         let total: usize = late.iter().sum();
         assert!(total <= 18, "{k} copies: N {late:?} where 9 fill the path; N per interval {ns:?}");
         assert!(together >= 0.85 * CAPACITY, "{k} copies: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
+    }
+}
+
+/// Copies that cut against each other's queue hold ceilings of a few
+/// sessions each; when one ends, its queue goes with it, and the others
+/// must take the path back within seconds, not a quarter of a ceiling at a
+/// time (four copies on the share bench, stop 38: three held 1 session
+/// each for 11 s at 0.7 of the link after the fourth ended).
+#[test]
+fn when_a_copy_ends_the_others_fill_the_path_again() {
+    for k in [2, 4] {
+        // The last 60 s start 5 s after the first copy ended.
+        let (ns, each, together) = simulate_copies(k, ShareMode::Fair, 185.0, Some(120.0));
+        eprintln!(
+            "{k} copies, one ended: {:.0} Mbit/s together ({:?} each)",
+            together * 8e-6,
+            each.iter().map(|g| (g * 8e-6).round()).collect::<Vec<_>>()
+        );
+        assert!(together >= 0.9 * CAPACITY, "{k} copies, one ended: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
     }
 }

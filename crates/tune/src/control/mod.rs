@@ -986,16 +986,26 @@ impl Controller {
 
     /// Starts the tuner's search again from `n0` (clamped to the
     /// configured range and the ceiling): the share governor's hook after
-    /// a path change ([`Governor::take_restart`](crate::share::Governor::take_restart)).
-    /// Returns the decision if N changed. A fixed N is left alone.
+    /// a path change or once the traffic that kept the queue left
+    /// ([`Governor::take_restart`](crate::share::Governor::take_restart)).
+    /// At the current N, a held N is searched above again and a search
+    /// under way goes on. Returns the decision if N changed. A fixed N is
+    /// left alone.
     pub fn restart_search(&mut self, n0: usize) -> Option<Decision> {
         let tuner = self.tuner.as_ref()?;
         let cfg = tuner.config().clone();
         let n0 = n0.clamp(cfg.n_min, cfg.n_max);
-        if n0 == tuner.current() {
+        let here = n0 == tuner.current();
+        if here && tuner.converged().is_none() {
+            // A search under way from here already.
             return None;
         }
-        let tuner = Tuner::new(TunerConfig { n0, ..cfg }).ok()?;
+        let mut tuner = Tuner::new(TunerConfig { n0, ..cfg }).ok()?;
+        if here {
+            // Held here beside traffic that has left: whether more
+            // sessions help now, not whether fewer do.
+            tuner.search_above_current();
+        }
         self.replace_tuner(tuner)
     }
 

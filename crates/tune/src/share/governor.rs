@@ -85,6 +85,25 @@
 //! four cubic flows 5 of ours otherwise held an 80 ms queue for 34 s, each
 //! moving more than 4 had early on, so no crowding showed.
 //!
+//! When whoever kept the queue leaves (another copy ends, the flows stop),
+//! the queue goes while our N stays: a queue of more than a quarter of the
+//! allowed one stood at this N for two settled intervals, and then two in
+//! a row, without losses and with demand enough to fill the sessions, show
+//! room. The governor then lifts its ceiling, forgets what it measured
+//! beside the others, and has the tuner search again
+//! ([`Governor::take_restart`]), from the first ceiling of the cuts made
+//! against that queue, or upwards from N where none holds (a search that
+//! ended beside another copy holds its N when that copy ends: with
+//! window-limited sessions its goodput does not move). Raising a ceiling
+//! a quarter at a time after clean intervals took 11 s, at 0.7 of the
+//! link, for three copies at one session each when a fourth ended.
+//!
+//! Copies that cut together also raise together, and two raises bring
+//! back a queue one would not: the wait before a raise has a random part,
+//! up to as long again, drawn from [`GovernorConfig::stagger_seed`] (the
+//! driver seeds it from the process and the clock; tests pass their own,
+//! and 0 means none).
+//!
 //! Sans-I/O: fed with [`PathObservation`]s, it answers ceilings.
 
 use std::fmt;
@@ -176,6 +195,11 @@ pub struct GovernorConfig {
     /// at least this share of our best on it, and a smaller N carried
     /// most of that best with no queue (see [`Governor::observe`]).
     pub alone_share: f64,
+    /// Seeds the random part of the wait before a raise (0: none, every
+    /// wait is exactly `release_after` times the backoff). Copies that
+    /// cut together would otherwise raise together, and two raises bring
+    /// back the queue one would not (see [`Governor::observe`]).
+    pub stagger_seed: u64,
 }
 
 impl GovernorConfig {
@@ -194,6 +218,7 @@ impl GovernorConfig {
             confirm: 2,
             min_base_s: 0.001,
             alone_share: 0.97,
+            stagger_seed: 0,
         }
     }
 
@@ -225,6 +250,10 @@ pub struct PathObservation {
     /// they receive, the peer's losses): a drop-tail queue that overflowed
     /// (or random loss).
     pub losses: u64,
+    /// Fewer requests were waiting than the sessions could carry (the
+    /// copy's tail, a slow source): what the RTT shows is our demand, not
+    /// the path ([`IntervalSample::demand_limited`](crate::IntervalSample::demand_limited)).
+    pub demand_limited: bool,
 }
 
 /// The last lowering of the ceiling, kept until a settled interval at the
@@ -251,6 +280,17 @@ const ALONE_ROOMY_SHARE: f64 = 0.95;
 /// A standing queue this short (seconds) is the RTT's noise: the path has
 /// room, and the ceiling may rise (see [`Governor::observe`]).
 pub const ROOM_QUEUE_S: f64 = 0.002;
+
+/// Settled intervals in a row, without losses, that must show room at
+/// an N where a queue stood before the governor takes it that whoever
+/// kept the queue left (see [`Governor::observe`]).
+const KEEPER_LEFT_ROOM: usize = 2;
+
+/// A queue above this share of the allowed one (and twice
+/// [`ROOM_QUEUE_S`]) stands for [`Governor::observe`]'s test that whoever
+/// kept it left: two copies of 5 sessions each, where 9 fill the path,
+/// keep 11 ms of 100 (a quarter of the 25 allowed is 6).
+const STOOD_SHARE: f64 = 0.25;
 
 /// Intervals with losses a cut's test waits through (holding the
 /// ceiling) before it is given up.
@@ -312,6 +352,23 @@ pub struct Governor {
     /// `fair` then cuts on the queue alone, as `polite` does, until the
     /// path shows room again; the path-change test is not made meanwhile.
     shared: bool,
+    /// The N of the last settled interval, and whether a queue of more
+    /// than [`STOOD_SHARE`] of the allowed one stood at that N since it
+    /// was taken, for [`KEEPER_LEFT_ROOM`] intervals in a row (counted in
+    /// `stood_run`).
+    queue_n: Option<usize>,
+    stood: bool,
+    stood_run: usize,
+    /// Settled intervals in a row without losses that showed room at
+    /// `queue_n` after a queue stood there.
+    room_run: usize,
+    /// The first ceiling of the cuts since the last lift: where the
+    /// search starts again once whoever kept the queue left.
+    lift_to: Option<usize>,
+    /// State of the raise wait's random part (xorshift; 0: none).
+    stagger: u64,
+    /// Intervals added to the current raise wait.
+    raise_extra: usize,
     /// Multiplies `release_after`: doubles each time a raise is refuted
     /// (up to [`RELEASE_BACKOFF_MAX`]), back to 1 when one holds.
     release_backoff: usize,
@@ -322,7 +379,6 @@ impl Governor {
     /// A governor with no ceiling yet.
     pub fn new(config: GovernorConfig) -> Governor {
         Governor {
-            config,
             base_s: None,
             per_session: std::collections::BTreeMap::new(),
             ceiling: None,
@@ -338,8 +394,16 @@ impl Governor {
             raised_from: None,
             cut_goodput: None,
             shared: false,
+            queue_n: None,
+            stood: false,
+            stood_run: 0,
+            room_run: 0,
+            lift_to: None,
+            stagger: config.stagger_seed,
+            raise_extra: 0,
             release_backoff: 1,
             changes: Vec::new(),
+            config,
         }
     }
 
@@ -365,12 +429,14 @@ impl Governor {
         if self.rebased { self.base_s } else { None }
     }
 
-    /// After a re-base lifted the ceiling, once: the N the tuner's search
-    /// should start again from. It is the N that carries the best goodput
-    /// seen before the change at the per-session goodput measured after
-    /// it (a longer path with the same bottleneck needs that many of the
-    /// same windows), and never below the N before the cut. The search
-    /// then refines it; if the bottleneck changed too, it finds that.
+    /// After the ceiling was lifted, once: the N the tuner's search should
+    /// start again from. After a re-base it is the N that carries the best
+    /// goodput seen before the change at the per-session goodput measured
+    /// after it (a longer path with the same bottleneck needs that many of
+    /// the same windows), and never below the N before the cut. After
+    /// whoever kept the queue left, it is the first ceiling of the cuts
+    /// made against that queue. The search then refines it; if the
+    /// bottleneck changed too, it finds that.
     pub fn take_restart(&mut self) -> Option<usize> {
         self.restart.take()
     }
@@ -437,6 +503,9 @@ impl Governor {
             // Room: whoever kept the queue has left.
             self.shared = false;
         }
+        if self.keeper_left(o, queue, allowed) {
+            return self.after_keeper_left(o, queue, base);
+        }
         // A shared path needs no more evidence: against flows that keep
         // the queue full, each of ours moves as much as with fewer only
         // because the queue is theirs (four cubic flows: 5 of ours held an
@@ -483,6 +552,9 @@ impl Governor {
         let new = if queue <= allowed / 2.0 && room {
             // Room to spare: other traffic may have left.
             self.clean += 1;
+            if self.clean == 1 {
+                self.raise_extra = self.draw(self.config.release_after * self.release_backoff);
+            }
             let c = self.ceiling.filter(|c| o.n >= *c)?;
             if self.raised_from.is_some() && self.clean >= self.config.release_after {
                 // The last raise held: the path had room for it.
@@ -497,7 +569,12 @@ impl Governor {
             // empty queue, 2026-11-27). Raise at once.
             let overshot = queue <= ROOM_QUEUE_S
                 && self.cut_goodput.is_some_and(|g| o.goodput_bytes_per_s < g * self.config.crowding);
-            if !overshot && self.clean < self.config.release_after * self.release_backoff {
+            // The random part of the wait: copies that cut together and
+            // raise together bring back the queue either raise alone would
+            // not (two copies at 2 + 2 sessions on the share bench's path
+            // moved 0.93 of it; both raised to 3, the queue rose to 40 ms,
+            // and both were cut back, twice).
+            if !overshot && self.clean < self.config.release_after * self.release_backoff + self.raise_extra {
                 return None;
             }
             self.clean = 0;
@@ -552,6 +629,9 @@ impl Governor {
             self.raised_from = None;
             self.release_backoff = (self.release_backoff * 2).min(RELEASE_BACKOFF_MAX);
         }
+        if self.ceiling.is_none() {
+            self.lift_to = new;
+        }
         if new.is_some_and(|c| c < o.n) {
             self.cut_goodput = Some(o.goodput_bytes_per_s);
             self.cut = Some(Cut {
@@ -586,7 +666,87 @@ impl Governor {
         self.cut_goodput = None;
         self.raised_from = None;
         self.shared = false;
+        self.queue_n = None;
+        self.stood = false;
+        self.stood_run = 0;
+        self.room_run = 0;
+        self.lift_to = None;
         self.release_backoff = 1;
+    }
+
+    /// Whether whoever kept the queue has left: at the N of this interval
+    /// a queue of more than a quarter of the allowed one stood (two
+    /// settled intervals in a row), and since then
+    /// [`KEEPER_LEFT_ROOM`] settled intervals in a row, without losses,
+    /// showed room, while a ceiling holds. Our N did not change, so the
+    /// queue that went was not ours to drain: another copy ended, or
+    /// flows that kept it full did. (A queue of ours overflowing empties
+    /// too, but with losses.)
+    fn keeper_left(&mut self, o: &PathObservation, queue: f64, allowed: f64) -> bool {
+        if self.queue_n != Some(o.n) {
+            self.queue_n = Some(o.n);
+            self.stood = false;
+            self.stood_run = 0;
+            self.room_run = 0;
+        }
+        if queue > (allowed * STOOD_SHARE).max(2.0 * ROOM_QUEUE_S) {
+            self.stood_run += 1;
+            self.stood |= self.stood_run >= KEEPER_LEFT_ROOM;
+            self.room_run = 0;
+            return false;
+        }
+        self.stood_run = 0;
+        if !(self.stood && queue <= ROOM_QUEUE_S && o.losses == 0 && !o.demand_limited) {
+            self.room_run = 0;
+            return false;
+        }
+        self.room_run += 1;
+        self.room_run >= KEEPER_LEFT_ROOM
+    }
+
+    /// After [`keeper_left`](Self::keeper_left): a ceiling cut against the
+    /// queue that went is lifted and the history measured beside it is
+    /// forgotten, as when the host's coordinator says another copy left
+    /// ([`other_copy_left`](Self::other_copy_left)), and the search starts
+    /// again ([`take_restart`](Self::take_restart)): from the first ceiling
+    /// of those cuts when that is above N, else upwards from N. The
+    /// ceiling's raises add a quarter at a time after clean intervals:
+    /// four copies at 1 session each, when one of them ended, took 11 s to
+    /// go back to 3 sessions at 0.7 of the link (share bench, stop 38); and
+    /// a search that ended beside another copy holds its N when the copy
+    /// ends (its goodput rises a little, or not at all with
+    /// window-limited sessions: nothing for the tuner to see). Returns
+    /// what [`observe`](Self::observe) returns.
+    fn after_keeper_left(&mut self, o: &PathObservation, queue: f64, base: f64) -> Option<Option<usize>> {
+        let to = self.lift_to.filter(|c| *c > o.n);
+        let lifted = self.ceiling.is_some();
+        self.forget_path_history();
+        self.restart = Some(to.unwrap_or(o.n));
+        if !lifted {
+            return None;
+        }
+        self.ceiling = None;
+        self.changes.push(CeilingChange {
+            t_s: o.t_s,
+            n: o.n,
+            ceiling: None,
+            queue_ms: queue * 1e3,
+            base_rtt_ms: base * 1e3,
+        });
+        Some(None)
+    }
+
+    /// A whole number in `0..=most` from the stagger seed (0 without one).
+    fn draw(&mut self, most: usize) -> usize {
+        if self.stagger == 0 {
+            return 0;
+        }
+        // xorshift64*
+        self.stagger ^= self.stagger >> 12;
+        self.stagger ^= self.stagger << 25;
+        self.stagger ^= self.stagger >> 27;
+        let x = self.stagger.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (x >> 33) as usize % (most + 1)
     }
 
     /// After a re-base the base follows the sessions' median smoothed RTT,
@@ -722,6 +882,7 @@ mod tests {
             goodput_bytes_per_s,
             discarded: false,
             losses: 0,
+            demand_limited: false,
         }
     }
 
@@ -961,6 +1122,83 @@ mod tests {
     }
 
     #[test]
+    fn when_the_queue_others_kept_goes_the_ceiling_is_lifted_and_the_search_restarts() {
+        // Polite cuts on the queue alone: 16 -> 8 (the first ceiling),
+        // then 8 -> 4; at 4 a queue of 8 ms stands (within the 10 ms
+        // allowed: no cut), kept by someone else.
+        let cut_to_4 = || {
+            let mut g = Governor::new(one(ShareMode::Polite));
+            assert_eq!(g.observe(&obs(8, 100.5)), None);
+            assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(8)));
+            assert_eq!(g.observe(&obs(8, 200.0)), Some(Some(4)));
+            assert_eq!(g.observe(&obs(4, 108.0)), None);
+            assert_eq!(g.observe(&obs(4, 108.0)), None);
+            g
+        };
+        let mut g = cut_to_4();
+        // It ends: one interval of room is not enough, two are.
+        assert_eq!(g.observe(&obs(4, 100.5)), None);
+        assert_eq!(g.observe(&obs(4, 100.5)), Some(None));
+        assert_eq!(g.ceiling(), None);
+        assert_eq!(g.take_restart(), Some(8), "from the first ceiling of the cuts");
+        assert_eq!(g.take_restart(), None, "once");
+        assert_eq!(g.changes().last().map(|c| (c.n, c.ceiling)), Some((4, None)));
+        // Room with losses: a queue that overflowed and emptied (ours, too).
+        let mut g = cut_to_4();
+        assert_eq!(g.observe(&obs(4, 100.5)), None);
+        assert_eq!(g.observe(&PathObservation { losses: 3, ..obs(4, 100.5) }), None);
+        assert_eq!(g.observe(&obs(4, 100.5)), None, "the count starts again");
+        assert_eq!(g.observe(&obs(4, 100.5)), Some(None));
+        // Room at another N than the one the queue stood at: our own N
+        // moved, so the queue may have been ours.
+        let mut g = cut_to_4();
+        assert_eq!(g.observe(&obs(3, 100.5)), None);
+        assert_eq!(g.observe(&obs(3, 100.5)), None);
+        assert_eq!(g.ceiling(), Some(4));
+        // No queue ever stood at this N: nothing left.
+        let mut g = Governor::new(one(ShareMode::Polite));
+        assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(8)));
+        for _ in 0..3 {
+            assert_eq!(g.observe(&obs(8, 100.5)), None);
+        }
+        assert_eq!(g.ceiling(), Some(8));
+        // Nor for one interval only (the RTT's noise).
+        let mut g = Governor::new(one(ShareMode::Polite));
+        assert_eq!(g.observe(&obs(16, 210.0)), Some(Some(8)));
+        for rtt in [108.0, 100.5, 100.5, 100.5] {
+            assert_eq!(g.observe(&obs(8, rtt)), None);
+        }
+        assert_eq!(g.take_restart(), None);
+        // With no ceiling (a search that ended beside another copy, 5 + 5
+        // sessions where 9 fill the path): the search starts again above
+        // the N held.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        for rtt in [111.0, 111.0, 100.5] {
+            assert_eq!(g.observe(&obs(5, rtt)), None);
+        }
+        assert_eq!(g.take_restart(), None);
+        assert_eq!(g.observe(&obs(5, 100.5)), None, "no ceiling to lift");
+        assert_eq!(g.take_restart(), Some(5));
+        assert!(g.changes().is_empty());
+    }
+
+    #[test]
+    fn raises_wait_a_random_part_that_differs_between_seeds() {
+        // Alone at the knee (as below): cut 5 -> 4, then the queue goes.
+        let release = GovernorConfig::new(ShareMode::Fair).release_after;
+        let wait = |seed: u64| {
+            let mut g = Governor::new(GovernorConfig { stagger_seed: seed, ..one(ShareMode::Fair) });
+            assert_eq!(g.observe(&obs(4, 100.5)), None);
+            assert_eq!(g.observe(&obs(5, 150.0)), Some(Some(4)));
+            (1..=100).find(|_| g.observe(&obs(4, 101.5)).is_some()).unwrap()
+        };
+        assert_eq!(wait(0), release, "no seed: exactly release_after");
+        let waits: std::collections::BTreeSet<usize> = (1..=16).map(wait).collect();
+        assert!(waits.iter().all(|w| (release..=2 * release).contains(w)), "{waits:?}");
+        assert!(waits.len() >= 3, "{waits:?}");
+    }
+
+    #[test]
     fn the_search_restarts_where_the_old_best_is_carried() {
         // The best goodput on the old path: 8 sessions' 79.6 MB/s. On the
         // longer one 16 move 2.5 MB/s each: 32 of them carry it.
@@ -1122,6 +1360,7 @@ mod tests {
                 goodput_bytes_per_s: rtt,
                 discarded: false,
                 losses: 0,
+                demand_limited: false,
             };
             assert_eq!(g.observe(&o), None);
         }
