@@ -303,6 +303,14 @@ pub trait Endpoint: Send + Sync {
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
         let _ = bytes_per_s;
     }
+
+    /// Caps the window every TCP connection of this session advertises
+    /// (`TCP_WINDOW_CLAMP`), so its peer keeps at most that many bytes in
+    /// flight towards us; `None` lifts the cap. Only what we receive is
+    /// held; endpoints without TCP ignore it.
+    fn set_window_clamp(&self, bytes: Option<u64>) {
+        let _ = bytes;
+    }
 }
 
 /// Opens sessions to one store. The pool calls [`Connector::connect`] once

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
-use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, median};
+use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, WindowSplitter, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
 use crate::host::HostLink;
@@ -100,7 +100,9 @@ fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation>
 /// path and may set a ceiling on N, and `host` (the copies of this host on
 /// the same path) may set another; the lower one holds. `sessions`
 /// follows the active N. With `pacer` (and the user's `--rate`), the
-/// sessions are paced together while the governor holds a ceiling.
+/// sessions are paced together while the governor holds a ceiling; while
+/// it holds one, the window each session advertises is also clamped near
+/// the sessions' mean ([`WindowSplitter`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     mut ctl: Controller,
@@ -114,6 +116,7 @@ pub(crate) async fn run(
 ) -> (Controller, Governor, usize) {
     let mut applied: Option<usize> = None;
     let mut copies_seen = 1;
+    let mut window = WindowSplitter::new();
     loop {
         let wake = tokio::time::Instant::from_std(ctl.poll_timeout());
         tokio::select! {
@@ -151,6 +154,13 @@ pub(crate) async fn run(
                 tracing::info!(?rate, "share: ensemble pacing");
                 for pool in &pools {
                     pool.set_rate_cap(rate);
+                }
+            }
+            let shared = governor.ceiling().is_some();
+            if let Some(clamp) = window.observe(o.t_s, &monitor::all_samples(&pools), shared) {
+                tracing::info!(?clamp, "share: window clamp per session");
+                for pool in &pools {
+                    pool.set_window_clamp(clamp);
                 }
             }
             if ceiling != applied {

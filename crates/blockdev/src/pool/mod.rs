@@ -132,6 +132,8 @@ struct Shared {
     /// Cap on the bytes per second all active sessions together send (0:
     /// none), split evenly over them as each one's pacing rate.
     rate_cap: AtomicU64,
+    /// Cap on the window each session advertises, bytes (0: none).
+    window_clamp: AtomicU64,
     /// Bytes per request on the wire now (1..=max_request_bytes, a
     /// multiple of `block_min`).
     request_bytes: AtomicU32,
@@ -299,6 +301,7 @@ impl Pool {
             open: AtomicUsize::new(0),
             depth: AtomicUsize::new(config.max_depth),
             rate_cap: AtomicU64::new(0),
+            window_clamp: AtomicU64::new(0),
             request_bytes: AtomicU32::new(max_request_bytes),
             block_min: min,
             can_flush: session_caps.can_flush && !session_caps.read_only,
@@ -387,6 +390,21 @@ impl Pool {
         if bytes_per_s.is_none() && before > 0 {
             for s in lock(&self.shared.sessions).iter() {
                 s.endpoint.set_pacing_rate(None);
+            }
+        }
+        self.shared.rebalance();
+    }
+
+    /// Caps the window every session advertises at `bytes` (`None` lifts
+    /// it): what a server may keep in flight towards each session, so
+    /// the sessions of a restore move about evenly on a shared path
+    /// (the tuner's `WindowSplitter` decides it). Sessions opened
+    /// later get it too.
+    pub fn set_window_clamp(&self, bytes: Option<u64>) {
+        let before = self.shared.window_clamp.swap(bytes.unwrap_or(0), Ordering::SeqCst);
+        if bytes.is_none() && before > 0 {
+            for s in lock(&self.shared.sessions).iter() {
+                s.endpoint.set_window_clamp(None);
             }
         }
         self.shared.rebalance();

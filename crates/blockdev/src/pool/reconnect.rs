@@ -107,6 +107,7 @@ impl Shared {
         // its share would leave the cap unused while it carries two. The
         // caller's schedule of requests holds the total at the cap.
         let share = (cap > 0).then(|| (cap.saturating_mul(2) / want.max(1) as u64).clamp(1, cap));
+        let clamp = self.window_clamp.load(Ordering::SeqCst);
         let healthy = {
             let sessions = lock(&self.sessions);
             let mut n = 0;
@@ -117,6 +118,9 @@ impl Shared {
                     n += 1;
                     if share.is_some() {
                         s.endpoint.set_pacing_rate(share);
+                    }
+                    if clamp > 0 {
+                        s.endpoint.set_window_clamp(Some(clamp));
                     }
                 }
             }

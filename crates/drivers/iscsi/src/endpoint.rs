@@ -529,6 +529,12 @@ impl Endpoint for IscsiEndpoint {
             tracing::debug!("{}: pacing rate: {e}", self.name);
         }
     }
+
+    fn set_window_clamp(&self, bytes: Option<u64>) {
+        if let Err(e) = wanblk_sys::tcp::set_window_clamp(self.link.fd(), bytes) {
+            tracing::debug!("{}: window clamp: {e}", self.name);
+        }
+    }
 }
 
 impl Drop for IscsiEndpoint {

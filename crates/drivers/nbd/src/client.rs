@@ -826,4 +826,12 @@ impl Endpoint for NbdSession {
             tracing::debug!("{}: pacing rate: {e}", self.shared.name);
         }
     }
+
+    fn set_window_clamp(&self, bytes: Option<u64>) {
+        if let Some(fd) = &self.shared.tcp
+            && let Err(e) = wanblk_sys::tcp::set_window_clamp(fd.as_fd(), bytes)
+        {
+            tracing::debug!("{}: window clamp: {e}", self.shared.name);
+        }
+    }
 }

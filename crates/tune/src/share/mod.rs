@@ -20,16 +20,20 @@
 //!   one copy needs between the copies sharing a path.
 //! - [`EnsemblePacer`]: with `--ensemble-pacing`, one paced rate for the
 //!   N sessions while the path is full and shared.
+//! - [`WindowSplitter`]: while the path is full and shared, one receive
+//!   window clamp for the N sessions, near their mean window.
 
 pub mod governor;
 pub mod host;
 mod meter;
 pub mod pacing;
+pub mod window;
 
 pub use governor::{CeilingChange, Governor, GovernorConfig, PathObservation, ShareMode};
 pub use host::{Grant, HostBudget};
 pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareReport, median, render_table};
 pub use pacing::EnsemblePacer;
+pub use window::WindowSplitter;
 
 /// Jain's fairness index of `xs`: (sum x)^2 / (n x sum x^2); 1 = equal
 /// shares, 1/n = one of them carried everything. `None` for fewer than two

@@ -299,9 +299,12 @@ pub(crate) struct SessionArgs {
     /// where the windows fit without that queue, so a flow sharing the path
     /// keeps most of its rate; once fewer sessions left that queue as deep
     /// (flows that keep it full whatever wanblk does), the queue alone
-    /// lowers N, towards one session. When a queue that stood goes while N
-    /// stays (the other traffic ended), the limit is lifted and the search
-    /// for N starts again. Alone on the path (fewer sessions carried
+    /// lowers N, towards one session. While N is held so, the window each
+    /// session advertises is clamped near the sessions' mean, so they move
+    /// about evenly (in a restore; writes can be paced with
+    /// --ensemble-pacing). When a queue that stood goes while N stays (the
+    /// other traffic ended), the limit is lifted and the search for N
+    /// starts again. Alone on the path (fewer sessions carried
     /// nearly all of what more carry, with no queue) the queue is wanblk's
     /// own and is left to the tuner. `polite`: act on the queue alone, allowing
     /// almost none (5 % of the base RTT), so other traffic goes first;
