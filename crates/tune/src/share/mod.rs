@@ -35,6 +35,22 @@ pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareRep
 pub use pacing::EnsemblePacer;
 pub use window::WindowSplitter;
 
+/// Takes `new` as the value of a cap held in `held` unless both are set
+/// and within `hysteresis` (a share of the held value) of each other.
+/// Returns the new value when it changed (`Some(None)`: removed).
+fn update(held: &mut Option<u64>, new: Option<u64>, hysteresis: f64) -> Option<Option<u64>> {
+    let close = match (new, *held) {
+        (Some(a), Some(b)) => (a as f64 - b as f64).abs() <= hysteresis * b as f64,
+        (None, None) => true,
+        _ => false,
+    };
+    if close {
+        return None;
+    }
+    *held = new;
+    Some(new)
+}
+
 /// Jain's fairness index of `xs`: (sum x)^2 / (n x sum x^2); 1 = equal
 /// shares, 1/n = one of them carried everything. `None` for fewer than two
 /// values or all zero.

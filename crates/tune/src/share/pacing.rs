@@ -48,16 +48,7 @@ impl EnsemblePacer {
             (Some(p), Some(u)) => Some(p.min(u)),
             (p, u) => p.or(u),
         };
-        let close = match (new, self.rate) {
-            (Some(a), Some(b)) => (a as f64 - b as f64).abs() <= HYSTERESIS * b as f64,
-            (None, None) => true,
-            _ => false,
-        };
-        if close {
-            return None;
-        }
-        self.rate = new;
-        Some(new)
+        super::update(&mut self.rate, new, HYSTERESIS)
     }
 }
 

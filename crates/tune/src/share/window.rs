@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 
 use super::meter::SessionSample;
+use super::update;
 
 /// How far above the mean window one session may keep in flight.
 pub const MARGIN: f64 = 1.25;
@@ -89,16 +90,7 @@ impl WindowSplitter {
             }
             Some(((mean * MARGIN) as u64).max(MIN_CLAMP))
         };
-        let close = match (new, self.clamp) {
-            (Some(a), Some(b)) => (a as f64 - b as f64).abs() <= HYSTERESIS * b as f64,
-            (None, None) => true,
-            _ => false,
-        };
-        if close {
-            return None;
-        }
-        self.clamp = new;
-        Some(new)
+        update(&mut self.clamp, new, HYSTERESIS)
     }
 }
 
