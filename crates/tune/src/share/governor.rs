@@ -677,8 +677,8 @@ impl Governor {
     /// Whether whoever kept the queue has left: at the N of this interval
     /// a queue of more than a quarter of the allowed one stood (two
     /// settled intervals in a row), and since then
-    /// [`KEEPER_LEFT_ROOM`] settled intervals in a row, without losses,
-    /// showed room, while a ceiling holds. Our N did not change, so the
+    /// [`KEEPER_LEFT_ROOM`] settled intervals in a row, without losses
+    /// and not short of demand, showed room. Our N did not change, so the
     /// queue that went was not ours to drain: another copy ended, or
     /// flows that kept it full did. (A queue of ours overflowing empties
     /// too, but with losses.)
