@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
-use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, WindowSplitter, median};
+use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, SessionSample, WindowSplitter, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
 use crate::host::HostLink;
@@ -76,10 +76,9 @@ pub(crate) fn apply(pools: &[Arc<Pool>], d: Decision) {
 }
 
 /// What the path showed in the interval `ctl` just closed: the active
-/// sessions' median smoothed RTT and the smallest RTT any session saw.
-fn observation(ctl: &Controller, pools: &[Arc<Pool>]) -> Option<PathObservation> {
+/// `sessions`' median smoothed RTT and the smallest RTT any session saw.
+fn observation(ctl: &Controller, sessions: &[SessionSample]) -> Option<PathObservation> {
     let sample = ctl.samples().last()?;
-    let sessions = monitor::all_samples(pools);
     let rtts: Vec<f64> =
         sessions.iter().filter(|s| s.active && s.rtt_us > 0).map(|s| f64::from(s.rtt_us) / 1e6).collect();
     let min_rtt = sessions.iter().map(|s| s.min_rtt_us).filter(|r| *r > 0).min().unwrap_or(0);
@@ -126,8 +125,11 @@ pub(crate) async fn run(
         let before = ctl.decision().active;
         let measured = ctl.samples().len();
         let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed(), remaining()));
+        // Read once per measured interval: the governor's observation and
+        // the window splitter take the same snapshot.
+        let samples = if ctl.samples().len() > measured { monitor::all_samples(&pools) } else { Vec::new() };
         if ctl.samples().len() > measured
-            && let Some(o) = observation(&ctl, &pools)
+            && let Some(o) = observation(&ctl, &samples)
         {
             if let Some(ceiling) = governor.observe(&o) {
                 tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
@@ -157,7 +159,7 @@ pub(crate) async fn run(
                 }
             }
             let shared = governor.ceiling().is_some();
-            if let Some(clamp) = window.observe(o.t_s, &monitor::all_samples(&pools), shared) {
+            if let Some(clamp) = window.observe(o.t_s, &samples, shared) {
                 tracing::info!(?clamp, "share: window clamp per session");
                 for pool in &pools {
                     pool.set_window_clamp(clamp);

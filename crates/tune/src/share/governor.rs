@@ -504,7 +504,8 @@ impl Governor {
             self.shared = false;
         }
         if self.keeper_left(o, queue, allowed) {
-            return self.after_keeper_left(o, queue, base);
+            self.after_keeper_left(o);
+            return self.set_ceiling(o, None, queue, base);
         }
         // A shared path needs no more evidence: against flows that keep
         // the queue full, each of ours moves as much as with fewer only
@@ -615,6 +616,19 @@ impl Governor {
             }
             Some(self.ceiling.map_or(target, |c| c.min(target.max(self.config.n_min))))
         };
+        self.set_ceiling(o, new, queue, base)
+    }
+
+    /// Takes `new` as the ceiling decided from `o` (with `queue` standing
+    /// above `base`, seconds), and records the change; returns what
+    /// [`observe`](Self::observe) returns (`None`: no change).
+    fn set_ceiling(
+        &mut self,
+        o: &PathObservation,
+        new: Option<usize>,
+        queue: f64,
+        base: f64,
+    ) -> Option<Option<usize>> {
         if new == self.ceiling {
             return None;
         }
@@ -715,25 +729,12 @@ impl Governor {
     /// go back to 3 sessions at 0.7 of the link (share bench, stop 38); and
     /// a search that ended beside another copy holds its N when the copy
     /// ends (its goodput rises a little, or not at all with
-    /// window-limited sessions: nothing for the tuner to see). Returns
-    /// what [`observe`](Self::observe) returns.
-    fn after_keeper_left(&mut self, o: &PathObservation, queue: f64, base: f64) -> Option<Option<usize>> {
+    /// window-limited sessions: nothing for the tuner to see). The caller
+    /// then lifts the ceiling.
+    fn after_keeper_left(&mut self, o: &PathObservation) {
         let to = self.lift_to.filter(|c| *c > o.n);
-        let lifted = self.ceiling.is_some();
         self.forget_path_history();
         self.restart = Some(to.unwrap_or(o.n));
-        if !lifted {
-            return None;
-        }
-        self.ceiling = None;
-        self.changes.push(CeilingChange {
-            t_s: o.t_s,
-            n: o.n,
-            ceiling: None,
-            queue_ms: queue * 1e3,
-            base_rtt_ms: base * 1e3,
-        });
-        Some(None)
     }
 
     /// A whole number in `0..=most` from the stagger seed (0 without one).
