@@ -299,6 +299,7 @@ mod tests {
                 sessions: Vec::new(),
                 ceilings: Vec::new(),
                 host_copies: 1,
+                readings: Vec::new(),
             },
         }
     }

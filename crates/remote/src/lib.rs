@@ -378,8 +378,9 @@ impl Remote {
             .collect();
         let samples = controller.as_ref().map(|c| c.samples().to_vec()).unwrap_or_default();
         let fairness: Vec<f64> = samples.iter().filter(|s| s.settled()).filter_map(|s| s.fairness).collect();
-        let ceilings = governor.map(|g| g.changes().to_vec()).unwrap_or_default();
-        let share = meter.report(self.options.share.as_str(), &fairness, ceilings, host_copies);
+        let ceilings = governor.as_ref().map(|g| g.changes().to_vec()).unwrap_or_default();
+        let mut share = meter.report(self.options.share.as_str(), &fairness, ceilings, host_copies);
+        share.readings = governor.as_ref().map(|g| g.readings().to_vec()).unwrap_or_default();
         RemoteSummary {
             sessions: controller.as_ref().map_or(1, |c| c.decision().active),
             samples,

@@ -71,7 +71,12 @@
 //! costs window-limited sessions goodput, while a queue others keep (or
 //! ours, still growing) leaves it; two copies that cut together would
 //! otherwise each read the other's queue as a longer path, re-base and
-//! climb. The test also waits for an interval without losses (a
+//! climb. It stands too when each session has lost more than
+//! [`WINDOW_KEPT`] of the bytes it had in flight at the best goodput: a
+//! longer path keeps the windows (the same bytes over a longer round trip),
+//! others taking share cut them (one of four copies whose goodput fell as
+//! the others grew re-based on their queue and climbed to 10 sessions).
+//! The test also waits for an interval without losses (a
 //! queue that overflowed stays as deep however many of the sessions
 //! that fill it are ours), so on a path with random loss `fair` does not
 //! re-base: after a delay step there it holds the sessions it cut to.
@@ -292,6 +297,11 @@ const KEEPER_LEFT_ROOM: usize = 2;
 /// keep 11 ms of 100 (a quarter of the 25 allowed is 6).
 const STOOD_SHARE: f64 = 0.25;
 
+/// A path change is taken only while each session still has at least this
+/// share of the bytes in flight it had in the interval of the best goodput
+/// (see [`Governor::observe`]).
+const WINDOW_KEPT: f64 = 0.7;
+
 /// Intervals with losses a cut's test waits through (holding the
 /// ceiling) before it is given up.
 const LOSSY_WAITS: u8 = 3;
@@ -311,6 +321,39 @@ pub struct CeilingChange {
     /// The path's base RTT, ms.
     pub base_rtt_ms: f64,
 }
+
+/// One interval as the governor read it, for the report: what it was
+/// given and what it made of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GovernorReading {
+    /// End of the interval, seconds since the start.
+    pub t_s: f64,
+    /// Active sessions during the interval.
+    pub n: usize,
+    /// The active sessions' median smoothed RTT at the end, ms.
+    pub rtt_ms: f64,
+    /// The smallest RTT any session has seen, ms (0: unknown).
+    pub min_rtt_ms: f64,
+    /// The base RTT the queue was read against, ms (0: none yet).
+    pub base_rtt_ms: f64,
+    /// Goodput of all our sessions over the interval, Mbit/s.
+    pub goodput_mbps: f64,
+    /// Segments lost (retransmitted or received out of order).
+    pub losses: u64,
+    /// A warm-up: nothing was decided from it.
+    pub discarded: bool,
+    /// Short of demand (the copy's tail, a slow source).
+    pub demand_limited: bool,
+    /// The path was read as kept full by someone else.
+    pub shared: bool,
+    /// The ceiling on N after this interval (`null`: none).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub ceiling: Option<usize>,
+}
+
+/// Most readings a governor keeps for the report (the first ones; a copy
+/// of hours at half a second per interval would keep tens of thousands).
+pub const READINGS_MAX: usize = 4096;
 
 /// The governor. See the module docs.
 #[derive(Debug, Clone)]
@@ -339,6 +382,9 @@ pub struct Governor {
     /// path (the old path's after a re-base, until the next settled
     /// interval), bytes per second.
     best_bytes_per_s: f64,
+    /// Bytes each session had in flight (goodput per session x RTT) in
+    /// the interval of `best_bytes_per_s`.
+    best_window_bytes: f64,
     /// After a re-base: the N the search should start again from.
     restart: Option<usize>,
     /// The ceiling before the last raise, until a cut refutes the raise
@@ -373,6 +419,7 @@ pub struct Governor {
     /// (up to [`RELEASE_BACKOFF_MAX`]), back to 1 when one holds.
     release_backoff: usize,
     changes: Vec<CeilingChange>,
+    readings: Vec<GovernorReading>,
 }
 
 impl Governor {
@@ -390,6 +437,7 @@ impl Governor {
             rebased: false,
             low: None,
             best_bytes_per_s: 0.0,
+            best_window_bytes: 0.0,
             restart: None,
             raised_from: None,
             cut_goodput: None,
@@ -403,6 +451,7 @@ impl Governor {
             raise_extra: 0,
             release_backoff: 1,
             changes: Vec::new(),
+            readings: Vec::new(),
             config,
         }
     }
@@ -468,9 +517,37 @@ impl Governor {
         Some(None)
     }
 
+    /// What each interval showed the governor, in order (at most
+    /// [`READINGS_MAX`], the first ones).
+    pub fn readings(&self) -> &[GovernorReading] {
+        &self.readings
+    }
+
     /// Takes one interval; returns the new ceiling when it changed
     /// (`Some(None)`: removed). Greedy never sets one.
     pub fn observe(&mut self, o: &PathObservation) -> Option<Option<usize>> {
+        let answer = self.read(o);
+        if self.readings.len() < READINGS_MAX {
+            let ms = |s: f64| if s.is_finite() { s * 1e3 } else { 0.0 };
+            self.readings.push(GovernorReading {
+                t_s: o.t_s,
+                n: o.n,
+                rtt_ms: ms(o.rtt_s),
+                min_rtt_ms: ms(o.min_rtt_s),
+                base_rtt_ms: self.base_s.map_or(0.0, ms),
+                goodput_mbps: if o.goodput_bytes_per_s.is_finite() { o.goodput_bytes_per_s * 8e-6 } else { 0.0 },
+                losses: o.losses,
+                discarded: o.discarded,
+                demand_limited: o.demand_limited,
+                shared: self.shared,
+                ceiling: self.ceiling,
+            });
+        }
+        answer
+    }
+
+    /// [`observe`](Self::observe)'s decision.
+    fn read(&mut self, o: &PathObservation) -> Option<Option<usize>> {
         let valid = |x: f64| x.is_finite() && x > 0.0;
         if self.rebased {
             self.lower_rebased_base(o);
@@ -489,8 +566,9 @@ impl Governor {
         if let Some(rebase) = self.path_changed(o, base) {
             return rebase;
         }
-        if o.goodput_bytes_per_s.is_finite() {
-            self.best_bytes_per_s = self.best_bytes_per_s.max(o.goodput_bytes_per_s);
+        if o.goodput_bytes_per_s.is_finite() && o.goodput_bytes_per_s > self.best_bytes_per_s {
+            self.best_bytes_per_s = o.goodput_bytes_per_s;
+            self.best_window_bytes = window_bytes(o);
         }
         let base = self.base_s.unwrap_or(base);
         let queue = (o.rtt_s - base).max(0.0);
@@ -674,6 +752,7 @@ impl Governor {
         self.per_session.clear();
         self.roomy.clear();
         self.best_bytes_per_s = 0.0;
+        self.best_window_bytes = 0.0;
         self.full = 0;
         self.clean = 0;
         self.cut = None;
@@ -791,7 +870,15 @@ impl Governor {
             // The queue is someone else's (below): no path to re-take.
             return None;
         }
-        if cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding {
+        // Our goodput fell, but a longer path leaves each session its
+        // window (the same bytes in flight over a longer round trip),
+        // while others taking share take it (their losses cut our
+        // congestion windows): four copies, stop 39, one whose goodput
+        // fell from 249 to 169 Mbit/s as the others grew, with each
+        // session's bytes in flight halved, read the others' queue as a
+        // longer path, re-based on it and climbed to 10 sessions.
+        let windows_kept = window_bytes(o) >= self.best_window_bytes * WINDOW_KEPT;
+        if cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding || !windows_kept {
             // The cut stands. A queue that stayed as deep (with no losses
             // to say it overflowed) is someone else's. An interval with
             // losses cannot tell: the test waits for one without, as
@@ -840,6 +927,13 @@ impl Governor {
         });
         Some(lifted)
     }
+}
+
+/// Bytes each session of `o` had in flight: its goodput per session times
+/// its RTT (0 where unknown).
+fn window_bytes(o: &PathObservation) -> f64 {
+    let w = o.goodput_bytes_per_s / o.n as f64 * o.rtt_s;
+    if w.is_finite() { w.max(0.0) } else { 0.0 }
 }
 
 /// After `cut`, whether `o` (with fewer sessions) shows the RTT fell by
@@ -1093,6 +1187,16 @@ mod tests {
         assert_eq!(g.observe(&obs(2, 100.5)), None);
         assert_eq!(g.observe(&obs(8, 200.0)), Some(Some(5)));
         assert_eq!(g.observe(&obs(5, 200.0)), Some(Some(3)));
+        assert_eq!(g.path_base_rtt_s(), None);
+        // Our goodput fell as others took share (one of four copies, stop
+        // 39): 4 sessions moved 400 Mbit/s at 150 ms (1.9 MB in flight
+        // each); 8 move 250 at 200 ms, cut to 5; 5 move 160 at 195 ms (0.8
+        // MB each). A longer path would have left each session its window:
+        // the queue is someone else's, not a path to re-base on.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        assert_eq!(g.observe(&at(4, 150.0, 400.0)), None);
+        assert_eq!(g.observe(&at(8, 200.0, 250.0)), Some(Some(5)));
+        assert_eq!(g.observe(&at(5, 195.0, 160.0)), Some(Some(3)), "the queue is cut again, not re-based on");
         assert_eq!(g.path_base_rtt_s(), None);
     }
 

@@ -97,6 +97,11 @@ pub struct ShareReport {
     pub ceilings: Vec<CeilingChange>,
     /// Most copies seen sharing this host's budget at once (1: alone).
     pub host_copies: usize,
+    /// Every measured interval as the share governor read it (the first
+    /// [`READINGS_MAX`](super::governor::READINGS_MAX)); empty for
+    /// `greedy` and in reports written before stop 40.
+    #[serde(default)]
+    pub readings: Vec<super::GovernorReading>,
 }
 
 /// The median of `xs` (`None` if empty; NaN values ignored).
@@ -225,6 +230,7 @@ impl SessionMeter {
             sessions: self.sessions(),
             ceilings,
             host_copies: host_copies.max(1),
+            readings: Vec::new(),
         }
     }
 }

@@ -29,7 +29,7 @@ mod meter;
 pub mod pacing;
 pub mod window;
 
-pub use governor::{CeilingChange, Governor, GovernorConfig, PathObservation, ShareMode};
+pub use governor::{CeilingChange, Governor, GovernorConfig, GovernorReading, PathObservation, ShareMode};
 pub use host::{Grant, HostBudget};
 pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareReport, median, render_table};
 pub use pacing::EnsemblePacer;
