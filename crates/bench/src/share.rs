@@ -21,8 +21,9 @@
 //!   host's budget;
 //! - ensemble pacing: a backup started 3 s after one flow going the same
 //!   way, without and with `--ensemble-pacing`, on the first path and on
-//!   the loss path (there against 2 single flows measured on the loss path:
-//!   random loss caps one cubic flow far below the clean path's reference).
+//!   the loss path (there against 2 single flows measured on the loss path
+//!   in the backup's direction: random loss caps one cubic flow far below
+//!   the clean path's reference).
 //!
 //! Every wanblk case of the first path runs with each `--share` mode of
 //! [`ShareOptions::modes`] (fair, the default, and greedy: the tuner
@@ -410,9 +411,16 @@ impl<'a> Bench<'a> {
         self.size
     }
 
-    /// k + 1 single flows together for 20 s; the rate of each after 3 s.
+    /// k + 1 single flows together for 20 s, server to client; the rate
+    /// of each after 3 s.
     fn reference(&mut self, k: u32) -> anyhow::Result<Case> {
-        let f = self.flows(k + 1, 20)?;
+        self.reference_dir(k, true)
+    }
+
+    /// [`Bench::reference`], server to client (`reverse`) or client to
+    /// server (against a backup).
+    fn reference_dir(&mut self, k: u32, reverse: bool) -> anyhow::Result<Case> {
+        let f = self.flows_dir(k + 1, 20, reverse)?;
         let ip = self.finish_flows(f)?;
         let parties: Vec<Party> = (0..ip.streams.len())
             .map(|i| Party {
@@ -424,7 +432,7 @@ impl<'a> Bench<'a> {
             .collect();
         let mean = parties.iter().map(|p| p.goodput_mbps).sum::<f64>() / parties.len().max(1) as f64;
         Ok(Case {
-            case: format!("{} single flows together", k + 1),
+            case: format!("{} single flows together{}", k + 1, if reverse { "" } else { " (client to server)" }),
             path: self.label.clone(),
             mode: "-".into(),
             parties,
@@ -610,9 +618,12 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         }
         if opts.ensemble_pacing && spec.loss > 0.0 {
             // A flow's share is held against what it gets beside another
-            // flow on this same path: random loss caps one cubic flow far
-            // below the clean path's reference (35 against 286 Mbit/s).
-            let r = b.reference(1)?;
+            // flow on this same path, going the same way: random loss caps
+            // one cubic flow far below the clean path's reference (35
+            // against 286 Mbit/s), and on the emulated lossy path a flow
+            // from client to server moved about half what one the other
+            // way did (37 against 67, 2026-11-29).
+            let r = b.reference_dir(1, false)?;
             let reference = r.reference_mbps;
             show(r, &mut cases);
             for extra in [&[][..], &["--ensemble-pacing"][..]] {

@@ -829,6 +829,21 @@ impl Tuner {
                 // lies in (b, n].
                 self.knee(b.n, Some(b.own), here, 0)
             }
+            State::Up { best: Some(b), .. }
+                if model && crowded && self.signals.losses == Some(false) && self.better(g, b.reference) =>
+            {
+                // The model: better, but n's sessions each moved well under
+                // what b's did, with no loss to say b's were read before
+                // the path's losses cut them: they share a full path, whose
+                // last few percent lie in (b, n]. Climbing on (the next
+                // jump) opens sessions the path has no room for: alone on
+                // the share path 4 sessions read 883 Mbit/s, 16 read 951
+                // with the RTT 4 ms over its base, and the jump to 64 and
+                // back (drains, losses) cost the 2 GiB copy 0.17 of its
+                // goodput (735 Mbit/s; the next copy, whose 16 read a
+                // standing queue, went from 16 to the knee at 5: 885).
+                self.knee(b.n, Some(b.own), here, 0)
+            }
             State::Up { lower, best: Some(b), may_turn_down } => {
                 if self.better(g, b.reference) {
                     if n >= self.cfg.n_max {
@@ -1572,9 +1587,26 @@ mod tests {
         let cap = |n: usize| if n >= 5 { 956.0 } else { n as f64 * 221.5 };
         let queue = |n: usize| Some(n >= 64);
         let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
-        let mut t = Tuner::new(cfg).unwrap();
+        let mut t = Tuner::new(cfg.clone()).unwrap();
         let seen = run_with(&mut t, cap, queue, 100);
         assert_eq!(seen[..3], [4, 16, 64], "{seen:?}");
+        assert_eq!(t.converged(), Some(5), "{seen:?}");
+        // With no loss seen, 16's crowded sessions say the path is full
+        // by 16 (4's were not read before losses cut them): the knee is
+        // looked for below 16, and 64 is never opened (the share bench's
+        // path, 2026-11-29: 64 and back cost a 2 GiB copy 0.17).
+        let mut t = Tuner::new(cfg).unwrap();
+        for _ in 0..100 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            let signals = Signals { standing_queue: queue(n), losses: Some(false), ..Signals::default() };
+            t.observe_with(sample(n, cap(n)), signals);
+        }
+        let seen: Vec<usize> = t.report().steps.iter().map(|s| s.n).collect();
+        assert_eq!(seen[..2], [4, 16], "{seen:?}");
+        assert!(seen.iter().all(|n| *n <= 16), "{seen:?}");
         assert_eq!(t.converged(), Some(5), "{seen:?}");
     }
 

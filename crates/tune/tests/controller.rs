@@ -584,7 +584,7 @@ fn the_model_reaches_the_knee_in_seconds() {
 }
 
 /// Sessions paced to share a total cap of 50 MB/s (`--rate`) on a path
-/// where 10 MB/s sessions would reach 125: no queue ever forms (pacing),
+/// where 10 MB/s sessions would reach 250 (25 of them): no queue ever forms (pacing),
 /// so the cap is the only sign of a full path; the search must not climb
 /// past the first N that reached it.
 #[test]
@@ -593,7 +593,7 @@ fn a_rate_cap_is_the_ceiling() {
         loss_penalty: 0.0,
         buffer_bytes: 0.0,
         per_flow_overhead: 0.0,
-        ..FlowModel::new(400.0, 100.0, 1_048_576.0)
+        ..FlowModel::new(2000.0, 100.0, 1_048_576.0)
     };
     let run = |rate_cap: Option<f64>| {
         let mut sim = SessionSim::new(path, limits(), Instant::now());
