@@ -90,6 +90,15 @@
 //! four cubic flows 5 of ours otherwise held an 80 ms queue for 34 s, each
 //! moving more than 4 had early on, so no crowding showed.
 //!
+//! A queue above the allowed one that `fair` cannot place (each session
+//! still moves as much as with fewer: a server's pace, or others yielding
+//! to us) is probed after [`PROBE_AFTER`] settled intervals at one N: a
+//! quarter of the sessions goes, and the next settled interval tells. A
+//! queue that stayed is someone else's (the path is marked shared, as
+//! above); one that fell with goodput held was ours and too deep (the
+//! ceiling stays); one that fell with our goodput is a server's pace
+//! (the probe is taken back and not made again on this path).
+//!
 //! When whoever kept the queue leaves (another copy ends, the flows stop),
 //! the queue goes while our N stays: a queue of more than a quarter of the
 //! allowed one stood at this N for two settled intervals, and then two in
@@ -273,6 +282,9 @@ struct Cut {
     goodput_bytes_per_s: f64,
     /// Intervals with losses waited through since.
     lossy_waits: u8,
+    /// A probe ([`PROBE_AFTER`]): taken back if the sessions it took away
+    /// were carrying their share; the ceiling before it.
+    probe: Option<Option<usize>>,
 }
 
 /// `fair` reads the path as ours alone only if a smaller N carried this
@@ -301,6 +313,15 @@ const STOOD_SHARE: f64 = 0.25;
 /// share of the bytes in flight it had in the interval of the best goodput
 /// (see [`Governor::observe`]).
 const WINDOW_KEPT: f64 = 0.7;
+
+/// Settled intervals in a row at one N, without losses, with a queue above
+/// the allowed one that `fair` could not place (each session still moved
+/// as much as with fewer), after which it takes a quarter of the sessions
+/// away to see whose queue it is: four copies, 2026-11-29, one of which
+/// held 6 sessions against a 40-100 ms queue for 15 s while the other
+/// three, which had found the queue someone else's, cut to 1 and 2 (its
+/// sessions moved more as theirs yielded, so it never read crowding).
+const PROBE_AFTER: usize = 6;
 
 /// Intervals with losses a cut's test waits through (holding the
 /// ceiling) before it is given up.
@@ -411,6 +432,13 @@ pub struct Governor {
     /// The first ceiling of the cuts since the last lift: where the
     /// search starts again once whoever kept the queue left.
     lift_to: Option<usize>,
+    /// Settled intervals in a row at `unplaced_n` with a queue `fair`
+    /// could not place (see [`PROBE_AFTER`]).
+    unplaced: usize,
+    unplaced_n: Option<usize>,
+    /// A probe found the sessions it took away carrying their share: no
+    /// more probes on this path.
+    probe_refuted: bool,
     /// State of the raise wait's random part (xorshift; 0: none).
     stagger: u64,
     /// Intervals added to the current raise wait.
@@ -447,6 +475,9 @@ impl Governor {
             stood_run: 0,
             room_run: 0,
             lift_to: None,
+            unplaced: 0,
+            unplaced_n: None,
+            probe_refuted: false,
             stagger: config.stagger_seed,
             raise_extra: 0,
             release_backoff: 1,
@@ -667,9 +698,19 @@ impl Governor {
         } else if !crowded && self.config.mode != ShareMode::Polite {
             // A queue, but each session still moves as much as with fewer:
             // more N still adds capacity (the RTT grew with the server's
-            // pace, not with a queue we share).
+            // pace, not with a queue we share), or others yield to us.
+            // After a while, a probe tells which (`path_changed`).
             self.clean = 0;
-            return None;
+            if !self.probe_due(o, alone) {
+                return None;
+            }
+            let target = (o.n * 3 / 4).clamp(self.config.n_min.max(1), o.n - 1);
+            let before = self.ceiling;
+            let answer = self.set_ceiling(o, Some(self.ceiling.map_or(target, |c| c.min(target))), queue, base);
+            if let Some(cut) = self.cut.as_mut() {
+                cut.probe = Some(before);
+            }
+            return answer;
         } else if self.full < self.config.confirm {
             self.clean = 0;
             return None;
@@ -731,6 +772,7 @@ impl Governor {
                 rtt_s: o.rtt_s,
                 goodput_bytes_per_s: o.goodput_bytes_per_s,
                 lossy_waits: 0,
+                probe: None,
             });
         }
         self.ceiling = new;
@@ -765,6 +807,34 @@ impl Governor {
         self.room_run = 0;
         self.lift_to = None;
         self.release_backoff = 1;
+        self.unplaced = 0;
+        self.unplaced_n = None;
+        self.probe_refuted = false;
+    }
+
+    /// Counts an interval whose queue `fair` could not place (see
+    /// [`PROBE_AFTER`]); whether a probe is due now. Never alone on the
+    /// path, with losses, short of demand, at one session, or once a probe
+    /// was refuted on this path.
+    fn probe_due(&mut self, o: &PathObservation, alone: bool) -> bool {
+        let eligible = self.config.mode == ShareMode::Fair
+            && !alone
+            && !self.probe_refuted
+            && o.losses == 0
+            && !o.demand_limited
+            && o.n >= 2
+            && self.cut.is_none();
+        if !eligible {
+            self.unplaced = 0;
+            return false;
+        }
+        self.unplaced = if self.unplaced_n == Some(o.n) { self.unplaced + 1 } else { 1 };
+        self.unplaced_n = Some(o.n);
+        if self.unplaced < PROBE_AFTER {
+            return false;
+        }
+        self.unplaced = 0;
+        true
     }
 
     /// Whether whoever kept the queue has left: at the N of this interval
@@ -868,6 +938,32 @@ impl Governor {
         self.cut = None;
         if self.shared {
             // The queue is someone else's (below): no path to re-take.
+            return None;
+        }
+        if let Some(before) = cut.probe {
+            // A probe: whose queue, not whether the path changed.
+            if o.losses > 0 {
+                // Cannot tell (an overflowing queue stays as deep): wait.
+                if cut.lossy_waits < LOSSY_WAITS {
+                    self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
+                }
+                return None;
+            }
+            if queue_stayed(&cut, o, base) {
+                // Someone else's: cut on the queue from now on.
+                self.shared = true;
+                return None;
+            }
+            if o.goodput_bytes_per_s < cut.goodput_bytes_per_s * self.config.crowding {
+                // Ours, and the sessions taken away carried their share
+                // (a server's pace, not a queue): take the probe back and
+                // do not probe this path again.
+                self.probe_refuted = true;
+                self.cut_goodput = None;
+                let queue = (o.rtt_s - base).max(0.0);
+                return Some(self.set_ceiling(o, before, queue, base));
+            }
+            // Ours, and fewer sessions carry as much: the ceiling stays.
             return None;
         }
         // Our goodput fell, but a longer path leaves each session its
@@ -1465,6 +1561,43 @@ mod tests {
         let mut polite = Governor::new(one(ShareMode::Polite));
         let o = PathObservation { goodput_bytes_per_s: 16.0 * 50e6, ..obs(16, 270.0) };
         assert!(polite.observe(&o).is_some(), "polite acts on the queue alone");
+    }
+
+    #[test]
+    fn a_queue_that_cannot_be_placed_is_probed_by_taking_a_quarter_away() {
+        // Others yield to us: our sessions move as much per session as
+        // ever while a 50 ms queue stands (four copies, three of which
+        // had cut). After PROBE_AFTER such intervals a quarter goes; the
+        // queue stays: someone else's, cut on from then on.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        for i in 0..PROBE_AFTER - 1 {
+            assert_eq!(g.observe(&at(4, 150.0, 400.0)), None, "{i}");
+        }
+        assert_eq!(g.observe(&at(4, 150.0, 400.0)), Some(Some(3)), "the probe");
+        assert_eq!(g.observe(&at(3, 150.0, 390.0)), Some(Some(2)), "someone else's queue");
+        assert_eq!(g.path_base_rtt_s(), None);
+        // A server's pace: the RTT grows with N, but every session adds
+        // its share. The probe costs a quarter of the goodput: it is taken
+        // back and not made again on this path.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        let paced = |n: usize| PathObservation {
+            goodput_bytes_per_s: n as f64 * 50e6,
+            ..obs(n, 110.0 + n as f64 * 10.0)
+        };
+        for i in 0..PROBE_AFTER - 1 {
+            assert_eq!(g.observe(&paced(16)), None, "{i}");
+        }
+        assert_eq!(g.observe(&paced(16)), Some(Some(12)), "the probe");
+        assert_eq!(g.observe(&paced(12)), Some(None), "taken back");
+        for i in 0..3 * PROBE_AFTER {
+            assert_eq!(g.observe(&paced(16)), None, "{i}");
+        }
+        // Intervals with losses do not count towards a probe.
+        let mut g = Governor::new(one(ShareMode::Fair));
+        for i in 0..3 * PROBE_AFTER {
+            let o = PathObservation { losses: if i % 2 == 0 { 5 } else { 0 }, ..at(4, 150.0, 400.0) };
+            assert_eq!(g.observe(&o), None, "{i}");
+        }
     }
 
     #[test]
