@@ -432,7 +432,11 @@ impl<'a> Bench<'a> {
             .collect();
         let mean = parties.iter().map(|p| p.goodput_mbps).sum::<f64>() / parties.len().max(1) as f64;
         Ok(Case {
-            case: format!("{} single flows together{}", k + 1, if reverse { "" } else { " (client to server)" }),
+            case: format!(
+                "{} single flows together{}",
+                k + 1,
+                if reverse { "" } else { " (client to server)" }
+            ),
             path: self.label.clone(),
             mode: "-".into(),
             parties,

@@ -129,3 +129,62 @@ proptest! {
         prop_assert!(converged_at.is_some_and(|i| i <= bound), "{converged_at:?} > {bound}");
     }
 }
+
+/// One interval as the share governor may be given it, garbage included.
+fn observation() -> impl Strategy<Value = wanblk_tune::share::PathObservation> {
+    let rtt = prop_oneof![
+        8 => 0.0005f64..2.0,
+        1 => Just(0.0),
+        1 => Just(f64::NAN),
+        1 => Just(-0.1),
+        1 => Just(f64::INFINITY),
+    ];
+    let goodput =
+        prop_oneof![8 => 0.0f64..2e9, 1 => Just(f64::NAN), 1 => Just(-5.0), 1 => Just(f64::INFINITY)];
+    (0usize..80, rtt.clone(), rtt, goodput, 0u64..10_000, any::<bool>(), any::<bool>(), 0.0f64..1e4).prop_map(
+        |(n, rtt_s, min_rtt_s, goodput_bytes_per_s, losses, discarded, demand_limited, t_s)| {
+            wanblk_tune::share::PathObservation {
+                t_s,
+                n,
+                rtt_s,
+                min_rtt_s,
+                goodput_bytes_per_s,
+                discarded,
+                losses: if losses < 7_000 { 0 } else { losses },
+                demand_limited,
+            }
+        },
+    )
+}
+
+proptest! {
+    /// The share governor never panics, never sets a ceiling below its
+    /// `n_min`, and keeps at most `READINGS_MAX` readings, whatever it is fed.
+    #[test]
+    fn any_observations_keep_the_governor_sane(
+        mode in prop_oneof![
+            Just(wanblk_tune::share::ShareMode::Polite),
+            Just(wanblk_tune::share::ShareMode::Fair),
+            Just(wanblk_tune::share::ShareMode::Greedy),
+        ],
+        n_min in 1usize..8,
+        seed in any::<u64>(),
+        obs in prop::collection::vec(observation(), 1..200),
+    ) {
+        let cfg = wanblk_tune::share::GovernorConfig {
+            n_min,
+            confirm: 1,
+            stagger_seed: seed,
+            ..wanblk_tune::share::GovernorConfig::new(mode)
+        };
+        let mut g = wanblk_tune::share::Governor::new(cfg);
+        for o in &obs {
+            g.observe(o);
+            if let Some(c) = g.ceiling() {
+                prop_assert!(c >= n_min, "ceiling {c} below n_min {n_min}");
+            }
+            let _ = g.take_restart();
+        }
+        prop_assert!(g.readings().len() <= wanblk_tune::share::governor::READINGS_MAX);
+    }
+}

@@ -566,7 +566,11 @@ impl Governor {
                 rtt_ms: ms(o.rtt_s),
                 min_rtt_ms: ms(o.min_rtt_s),
                 base_rtt_ms: self.base_s.map_or(0.0, ms),
-                goodput_mbps: if o.goodput_bytes_per_s.is_finite() { o.goodput_bytes_per_s * 8e-6 } else { 0.0 },
+                goodput_mbps: if o.goodput_bytes_per_s.is_finite() {
+                    o.goodput_bytes_per_s * 8e-6
+                } else {
+                    0.0
+                },
                 losses: o.losses,
                 discarded: o.discarded,
                 demand_limited: o.demand_limited,
@@ -706,7 +710,8 @@ impl Governor {
             }
             let target = (o.n * 3 / 4).clamp(self.config.n_min.max(1), o.n - 1);
             let before = self.ceiling;
-            let answer = self.set_ceiling(o, Some(self.ceiling.map_or(target, |c| c.min(target))), queue, base);
+            let answer =
+                self.set_ceiling(o, Some(self.ceiling.map_or(target, |c| c.min(target))), queue, base);
             if let Some(cut) = self.cut.as_mut() {
                 cut.probe = Some(before);
             }
@@ -815,14 +820,15 @@ impl Governor {
     /// Counts an interval whose queue `fair` could not place (see
     /// [`PROBE_AFTER`]); whether a probe is due now. Never alone on the
     /// path, with losses, short of demand, at one session, or once a probe
-    /// was refuted on this path.
+    /// was refuted on this path; never at or below `n_min` (so the probe's
+    /// target, a quarter fewer, is always in `n_min..n`).
     fn probe_due(&mut self, o: &PathObservation, alone: bool) -> bool {
         let eligible = self.config.mode == ShareMode::Fair
             && !alone
             && !self.probe_refuted
             && o.losses == 0
             && !o.demand_limited
-            && o.n >= 2
+            && o.n > self.config.n_min.max(1)
             && self.cut.is_none();
         if !eligible {
             self.unplaced = 0;
@@ -1591,6 +1597,11 @@ mod tests {
         assert_eq!(g.observe(&paced(12)), Some(None), "taken back");
         for i in 0..3 * PROBE_AFTER {
             assert_eq!(g.observe(&paced(16)), None, "{i}");
+        }
+        // Never at or below n_min (the probe's target would be under it).
+        let mut g = Governor::new(GovernorConfig { n_min: 4, ..one(ShareMode::Fair) });
+        for i in 0..3 * PROBE_AFTER {
+            assert_eq!(g.observe(&at(4, 150.0, 400.0)), None, "{i}");
         }
         // Intervals with losses do not count towards a probe.
         let mut g = Governor::new(one(ShareMode::Fair));
