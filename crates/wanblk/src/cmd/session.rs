@@ -299,7 +299,12 @@ pub(crate) struct SessionArgs {
     /// where the windows fit without that queue, so a flow sharing the path
     /// keeps most of its rate; once fewer sessions left that queue as deep
     /// (flows that keep it full whatever wanblk does), the queue alone
-    /// lowers N, towards one session. While N is held so, the window each
+    /// lowers N, towards one session. A queue that stands for several
+    /// seconds while each session still moves as much as with fewer (other
+    /// traffic yielding to wanblk, or a server's own pace) is tested by
+    /// taking a quarter of the sessions away: if the queue stays it is
+    /// someone else's and is treated so; if goodput falls with it, the
+    /// sessions come back. While N is held so, the window each
     /// session advertises is clamped near the sessions' mean, so they move
     /// about evenly (in a restore; writes can be paced with
     /// --ensemble-pacing). When a queue that stood goes while N stays (the
