@@ -946,41 +946,19 @@ impl Governor {
             // The queue is someone else's (below): no path to re-take.
             return None;
         }
-        if let Some(before) = cut.probe {
-            // A probe: whose queue, not whether the path changed.
-            if o.losses > 0 {
-                // Cannot tell (an overflowing queue stays as deep): wait.
-                if cut.lossy_waits < LOSSY_WAITS {
-                    self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
-                }
-                return None;
-            }
-            if queue_stayed(&cut, o, base) {
-                // Someone else's: cut on the queue from now on.
-                self.shared = true;
-                return None;
-            }
-            if o.goodput_bytes_per_s < cut.goodput_bytes_per_s * self.config.crowding {
-                // Ours, and the sessions taken away carried their share
-                // (a server's pace, not a queue): take the probe back and
-                // do not probe this path again.
-                self.probe_refuted = true;
-                self.cut_goodput = None;
-                let queue = (o.rtt_s - base).max(0.0);
-                return Some(self.set_ceiling(o, before, queue, base));
-            }
-            // Ours, and fewer sessions carry as much: the ceiling stays.
-            return None;
-        }
         // Our goodput fell, but a longer path leaves each session its
         // window (the same bytes in flight over a longer round trip),
         // while others taking share take it (their losses cut our
         // congestion windows): four copies, stop 39, one whose goodput
         // fell from 249 to 169 Mbit/s as the others grew, with each
         // session's bytes in flight halved, read the others' queue as a
-        // longer path, re-based on it and climbed to 10 sessions.
+        // longer path, re-based on it and climbed to 10 sessions. A probe
+        // asks only whose queue it is, never whether the path changed.
         let windows_kept = window_bytes(o) >= self.best_window_bytes * WINDOW_KEPT;
-        if cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding || !windows_kept {
+        if cut.probe.is_some()
+            || cut.goodput_bytes_per_s >= self.best_bytes_per_s * self.config.crowding
+            || !windows_kept
+        {
             // The cut stands. A queue that stayed as deep (with no losses
             // to say it overflowed) is someone else's. An interval with
             // losses cannot tell: the test waits for one without, as
@@ -989,12 +967,25 @@ impl Governor {
             // held 5 sessions against an 80-98 ms queue for 20 s while
             // the other three cut to 1 and 2).
             if o.losses > 0 {
-                if cut.lossy_waits < LOSSY_WAITS {
-                    self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
-                }
-            } else if queue_stayed(&cut, o, base) {
-                self.shared = true;
+                self.wait_past_losses(cut);
+                return None;
             }
+            if queue_stayed(&cut, o, base) {
+                self.shared = true;
+                return None;
+            }
+            if let Some(before) = cut.probe
+                && o.goodput_bytes_per_s < cut.goodput_bytes_per_s * self.config.crowding
+            {
+                // A probe found the queue ours, and the sessions it took
+                // away carried their share (a server's pace, not a
+                // queue): take it back and do not probe this path again.
+                self.probe_refuted = true;
+                self.cut_goodput = None;
+                let queue = (o.rtt_s - base).max(0.0);
+                return Some(self.set_ceiling(o, before, queue, base));
+            }
+            // Ours, and fewer sessions carry as much: the ceiling stays.
             return None;
         }
         // A queue that overflowed (losses) is as deep as it can be, so it
@@ -1002,11 +993,7 @@ impl Governor {
         // and wait a few intervals for one without losses (a delay
         // step itself can cost a few); then give the test up.
         if o.losses > 0 {
-            if cut.lossy_waits < LOSSY_WAITS {
-                self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
-                return Some(None);
-            }
-            return None;
+            return self.wait_past_losses(cut).then_some(None);
         }
         if !queue_stayed(&cut, o, base) {
             return None;
@@ -1028,6 +1015,17 @@ impl Governor {
             base_rtt_ms: o.rtt_s * 1e3,
         });
         Some(lifted)
+    }
+
+    /// After `cut`, an interval with losses cannot tell whose queue it
+    /// is: the cut's test is kept for the next interval, at most
+    /// [`LOSSY_WAITS`] times. Whether it was kept.
+    fn wait_past_losses(&mut self, cut: Cut) -> bool {
+        if cut.lossy_waits >= LOSSY_WAITS {
+            return false;
+        }
+        self.cut = Some(Cut { lossy_waits: cut.lossy_waits + 1, ..cut });
+        true
     }
 }
 
