@@ -824,24 +824,21 @@ impl Tuner {
                     self.cfg.climb(n)
                 }
             }
-            State::Up { best: Some(b), .. } if here.full && self.better(g, b.reference) => {
-                // The model: better, but the path was full by n: the knee
-                // lies in (b, n].
-                self.knee(b.n, Some(b.own), here, 0)
-            }
             State::Up { best: Some(b), .. }
-                if model && crowded && self.signals.losses == Some(false) && self.better(g, b.reference) =>
+                if (here.full || (model && crowded && self.signals.losses == Some(false)))
+                    && self.better(g, b.reference) =>
             {
-                // The model: better, but n's sessions each moved well under
-                // what b's did, with no loss to say b's were read before
-                // the path's losses cut them: they share a full path, whose
-                // last few percent lie in (b, n]. Climbing on (the next
-                // jump) opens sessions the path has no room for: alone on
-                // the share path 4 sessions read 883 Mbit/s, 16 read 951
-                // with the RTT 4 ms over its base, and the jump to 64 and
-                // back (drains, losses) cost the 2 GiB copy 0.17 of its
-                // goodput (735 Mbit/s; the next copy, whose 16 read a
-                // standing queue, went from 16 to the knee at 5: 885).
+                // The model: better, but the path was full by n: the knee
+                // lies in (b, n]. Full: a standing queue, or, with no loss
+                // seen (which would say b's sessions were read before the
+                // path's losses cut them), n's sessions each moved well
+                // under what b's did. Climbing on (the next jump) opens
+                // sessions the path has no room for: alone on the share
+                // path 4 sessions read 883 Mbit/s, 16 read 951 with the RTT
+                // 4 ms over its base, and the jump to 64 and back (drains,
+                // losses) cost the 2 GiB copy 0.17 of its goodput (735
+                // Mbit/s; the next copy, whose 16 read a standing queue,
+                // went from 16 to the knee at 5: 885).
                 self.knee(b.n, Some(b.own), here, 0)
             }
             State::Up { lower, best: Some(b), may_turn_down } => {
@@ -1567,12 +1564,22 @@ mod tests {
         queue: impl Fn(usize) -> Option<bool>,
         limit: usize,
     ) -> Vec<usize> {
+        run_with_signals(t, g, |n| Signals { standing_queue: queue(n), ..Signals::default() }, limit)
+    }
+
+    /// [`run_with`] with all of each point's signals.
+    fn run_with_signals(
+        t: &mut Tuner,
+        g: impl Fn(usize) -> f64,
+        signals: impl Fn(usize) -> Signals,
+        limit: usize,
+    ) -> Vec<usize> {
         for _ in 0..limit {
             if t.converged().is_some() {
                 break;
             }
             let n = t.current();
-            t.observe_with(sample(n, g(n)), Signals { standing_queue: queue(n), ..Signals::default() });
+            t.observe_with(sample(n, g(n)), signals(n));
         }
         t.report().steps.iter().map(|s| s.n).collect()
     }
@@ -1596,15 +1603,8 @@ mod tests {
         // looked for below 16, and 64 is never opened (the share bench's
         // path, 2026-11-29: 64 and back cost a 2 GiB copy 0.17).
         let mut t = Tuner::new(cfg).unwrap();
-        for _ in 0..100 {
-            if t.converged().is_some() {
-                break;
-            }
-            let n = t.current();
-            let signals = Signals { standing_queue: queue(n), losses: Some(false), ..Signals::default() };
-            t.observe_with(sample(n, cap(n)), signals);
-        }
-        let seen: Vec<usize> = t.report().steps.iter().map(|s| s.n).collect();
+        let no_loss = |n| Signals { standing_queue: queue(n), losses: Some(false), ..Signals::default() };
+        let seen = run_with_signals(&mut t, cap, no_loss, 100);
         assert_eq!(seen[..2], [4, 16], "{seen:?}");
         assert!(seen.iter().all(|n| *n <= 16), "{seen:?}");
         assert_eq!(t.converged(), Some(5), "{seen:?}");
