@@ -127,10 +127,9 @@ pub(crate) async fn run(
         let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed(), remaining()));
         // Read once per measured interval: the governor's observation and
         // the window splitter take the same snapshot.
-        let samples = if ctl.samples().len() > measured { monitor::all_samples(&pools) } else { Vec::new() };
-        if ctl.samples().len() > measured
-            && let Some(o) = observation(&ctl, &samples)
-        {
+        let closed = ctl.samples().len() > measured;
+        let samples = if closed { monitor::all_samples(&pools) } else { Vec::new() };
+        if closed && let Some(o) = observation(&ctl, &samples) {
             if let Some(ceiling) = governor.observe(&o) {
                 tracing::info!(?ceiling, n = o.n, rtt_ms = o.rtt_s * 1e3, "share: ceiling on N");
             }
