@@ -11,7 +11,7 @@ use wanblk_blockdev::pool::{Pool, PoolSnapshot};
 use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, SessionSample, WindowSplitter, median};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
-use crate::host::HostLink;
+use crate::host::{HostLink, Report};
 use crate::monitor;
 
 /// The controller's view of one pool: its limits and open sessions.
@@ -136,7 +136,13 @@ pub(crate) async fn run(
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
                 let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
-                h.report(o.n, o.goodput_bytes_per_s.max(0.0) as u64, settled);
+                // Near the host's ceiling (the tuner's search under it is
+                // noisy on a lossy path) with the path not full for a few
+                // intervals: the budget may grow.
+                let room = h.grant().ceiling.is_some_and(|c| o.n * 4 >= c * 3)
+                    && governor.empty_intervals() >= governor.config().release_after;
+                let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
+                h.report(Report { n: o.n, goodput, settled, room });
                 h.grant()
             });
             if let Some(g) = grant {

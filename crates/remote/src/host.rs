@@ -78,9 +78,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// One copy's state after an interval, as told to the coordinator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Report {
+    /// Active sessions.
+    pub(crate) n: usize,
+    /// Goodput, bytes per second.
+    pub(crate) goodput: u64,
+    /// The tuner has converged.
+    pub(crate) settled: bool,
+    /// At its ceiling for a few intervals with no standing queue.
+    pub(crate) room: bool,
+}
+
 /// One copy's link to the host's coordinator. See the module docs.
 pub(crate) struct HostLink {
-    reports: watch::Sender<Option<(usize, u64, bool)>>,
+    reports: watch::Sender<Option<Report>>,
     grants: watch::Receiver<Grant>,
     peak: Arc<AtomicUsize>,
     _task: AbortOnDrop,
@@ -97,8 +110,8 @@ impl HostLink {
     }
 
     /// This copy's state after an interval.
-    pub(crate) fn report(&self, n: usize, goodput: u64, settled: bool) {
-        self.reports.send_replace(Some((n, goodput, settled)));
+    pub(crate) fn report(&self, report: Report) {
+        self.reports.send_replace(Some(report));
     }
 
     /// The last grant (no ceiling while no coordinator answers).
@@ -115,7 +128,7 @@ impl HostLink {
 async fn run(
     dir: PathBuf,
     key: String,
-    reports: watch::Receiver<Option<(usize, u64, bool)>>,
+    reports: watch::Receiver<Option<Report>>,
     grants: watch::Sender<Grant>,
     peak: Arc<AtomicUsize>,
 ) {
@@ -217,8 +230,8 @@ async fn member(s: UnixStream, budget: Arc<Mutex<HostBudget>>) {
                         id = Some(b.join(&key, budget));
                         continue;
                     }
-                    (Ok(Message::Report { n, goodput, settled }), Some(i)) => {
-                        b.report(i, n, goodput, settled)
+                    (Ok(Message::Report { n, goodput, settled, room }), Some(i)) => {
+                        b.report(i, n, goodput, settled, room)
                     }
                     (other, _) => {
                         tracing::debug!("host coordinator: dropping a copy: {other:?}");
@@ -252,7 +265,7 @@ async fn client(
     s: UnixStream,
     key: &str,
     budget: Option<usize>,
-    mut reports: watch::Receiver<Option<(usize, u64, bool)>>,
+    mut reports: watch::Receiver<Option<Report>>,
     grants: &watch::Sender<Grant>,
     peak: &AtomicUsize,
 ) -> io::Result<()> {
@@ -273,7 +286,9 @@ async fn client(
                 if asked && heard.elapsed() > SILENCE {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "the coordinator stopped answering"));
                 }
-                *reports.borrow()
+                // A heartbeat repeats the state, not the room: room counts
+                // once per interval, and the budget grows on fresh reports.
+                reports.borrow().map(|r| Report { room: false, ..r })
             }
             r = rd.read(&mut buf) => {
                 let n = r?;
@@ -298,12 +313,12 @@ async fn client(
                 None
             }
         };
-        if let Some((n, goodput, settled)) = report {
+        if let Some(Report { n, goodput, settled, room }) = report {
             if !asked {
                 heard = Instant::now();
             }
             asked = true;
-            send(&mut wr, Message::Report { n, goodput, settled }).await?;
+            send(&mut wr, Message::Report { n, goodput, settled, room }).await?;
         }
     }
 }
@@ -336,29 +351,33 @@ mod tests {
     async fn links_share_a_budget_and_survive_the_coordinator() {
         let dir = tempfile_dir();
         let a = HostLink::start(dir.clone(), "h:1".into());
-        a.report(8, 1000, true);
+        a.report(Report { n: 8, goodput: 1000, settled: true, room: false });
         let alone = |g: Grant| g.copies == 1 && g.ceiling.is_none();
         until("the first copy alone", || alone(a.grant()) && dir.join("coord.sock").exists()).await;
         // Let the coordinator take the first copy's report before the second joins.
         tokio::time::sleep(HEARTBEAT * 2).await;
         let b = HostLink::start(dir.clone(), "h:1".into());
-        b.report(4, 1000, false);
+        b.report(Report { n: 4, goodput: 1000, settled: false, room: false });
         until("two copies", || a.grant().copies == 2 && b.grant().copies == 2).await;
-        a.report(8, 1000, true);
+        a.report(Report { n: 8, goodput: 1000, settled: true, room: false });
         until("the split", || a.grant().ceiling == Some(4) && b.grant().ceiling == Some(4)).await;
         assert_eq!((a.peak_copies(), b.peak_copies()), (2, 2));
         drop(a);
         until("the second alone", || alone(b.grant())).await;
         // It serves now: a third copy finds it.
         let c = HostLink::start(dir.clone(), "h:1".into());
-        c.report(2, 1, false);
-        b.report(4, 1, false);
+        c.report(Report { n: 2, goodput: 1, settled: false, room: false });
+        b.report(Report { n: 4, goodput: 1, settled: false, room: false });
         until("two copies again", || c.grant().copies == 2).await;
         // The budget of 8 the first copy set carried over to the new
         // coordinator: split at once, with no leader tuning again.
         until("the budget carried over", || b.grant().ceiling == Some(4) && c.grant().ceiling == Some(4))
             .await;
         assert_eq!(c.grant().budget, Some(8));
+        // Both at their ceilings with room: the budget grows by a quarter.
+        b.report(Report { n: 4, goodput: 1, settled: true, room: true });
+        c.report(Report { n: 4, goodput: 1, settled: true, room: true });
+        until("the budget grew", || b.grant().budget == Some(10) && c.grant().ceiling == Some(5)).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use wanblk_tune::share::{Governor, GovernorConfig, PathObservation, ShareMode};
+use wanblk_tune::share::host::MemberId;
+use wanblk_tune::share::{Governor, GovernorConfig, HostBudget, PathObservation, ShareMode};
 use wanblk_tune::{
     Controller, ControllerConfig, Counters, Decision, Parallelism, PoolCounters, PoolLimits, SessionCounters,
     TcpCounters, TunerConfig,
@@ -57,6 +58,17 @@ fn steady(n: usize, other: Other, base: f64) -> (f64, f64, f64) {
 /// The counters of a pool of 64 sessions, the first `active` of them
 /// active, on a path of RTT `rtt`.
 fn counters(active: usize, bytes: &[u64; 64], retrans: &[u32; 64], rtt: f64) -> Counters {
+    counters_with_window(active, bytes, retrans, rtt, BDP / 9.0)
+}
+
+/// [`counters`] of sessions whose windows are `window` bytes.
+fn counters_with_window(
+    active: usize,
+    bytes: &[u64; 64],
+    retrans: &[u32; 64],
+    rtt: f64,
+    window: f64,
+) -> Counters {
     let limits =
         PoolLimits { max_sessions: 64, max_request_bytes: 4 << 20, request_align: 512, max_depth: 4 };
     Counters {
@@ -73,7 +85,7 @@ fn counters(active: usize, bytes: &[u64; 64], retrans: &[u32; 64], rtt: f64) -> 
                         bytes: bytes[i],
                         total_retrans: retrans[i],
                         rtt_us: (rtt * 1e6) as u32,
-                        cwnd_bytes: (BDP / 9.0) as u64,
+                        cwnd_bytes: window as u64,
                         min_rtt_us: (BASE_RTT * 1e6) as u32,
                         ..TcpCounters::default()
                     }),
@@ -106,7 +118,25 @@ fn govern(
     ctl: &mut Controller,
     governor: &mut Governor,
     rtt: f64,
+    decision: Option<Decision>,
+) -> Option<Decision> {
+    govern_on_host(ctl, governor, rtt, decision, None)
+}
+
+/// A copy's link to the host's budget in the simulation: the budget, the
+/// copy's id there, and the ceiling applied to its controller.
+type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>);
+
+/// [`govern`], and with `host` the copy reports to the host's budget as
+/// the driver does (room: N within a quarter of the host's ceiling and
+/// `release_after` queue-free intervals), and the lower of the two
+/// ceilings holds.
+fn govern_on_host(
+    ctl: &mut Controller,
+    governor: &mut Governor,
+    rtt: f64,
     mut decision: Option<Decision>,
+    host: Option<HostSeat<'_>>,
 ) -> Option<Decision> {
     let s = *ctl.samples().last().unwrap();
     let o = PathObservation {
@@ -119,8 +149,27 @@ fn govern(
         losses: s.retransmits + s.out_of_order,
         demand_limited: s.demand_limited,
     };
-    if let Some(c) = governor.observe(&o) {
-        decision = ctl.set_ceiling(c).or(decision);
+    let changed = governor.observe(&o);
+    match host {
+        None => {
+            if let Some(c) = changed {
+                decision = ctl.set_ceiling(c).or(decision);
+            }
+        }
+        Some((budget, id, applied)) => {
+            let room = budget.grant(id).ceiling.is_some_and(|c| o.n * 4 >= c * 3)
+                && governor.empty_intervals() >= governor.config().release_after;
+            let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
+            let grant = budget.report(id, o.n, o.goodput_bytes_per_s as u64, settled, room);
+            let ceiling = match (governor.ceiling(), grant.ceiling) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if ceiling != *applied {
+                *applied = ceiling;
+                decision = ctl.set_ceiling(ceiling).or(decision);
+            }
+        }
     }
     if let Some(n0) = governor.take_restart() {
         decision = ctl.restart_search(n0).or(decision);
@@ -331,13 +380,34 @@ fn simulate_copies(
     seconds: f64,
     leave: Option<f64>,
 ) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
+    simulate_copies_on(k, mode, seconds, leave, BDP / 9.0, None)
+}
+
+/// [`simulate_copies`] with sessions whose windows are `window` bytes (a
+/// smaller window stands for the lower rate random loss leaves a cubic
+/// session), and with `host` the copies share one host's budget, joining
+/// with that budget (as told by an earlier coordinator).
+fn simulate_copies_on(
+    k: usize,
+    mode: ShareMode,
+    seconds: f64,
+    leave: Option<f64>,
+    window: f64,
+    host: Option<usize>,
+) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
     let t0 = Instant::now();
     // The shared path: (rate of one session, RTT) with `total` sessions of
     // all copies on it, which share it as the sessions of one would.
     let path = |total: usize| {
-        let (rate, _, rtt) = steady(total, Other::Nobody, BASE_RTT);
+        let inflight = total as f64 * window;
+        let (rate, rtt) = if inflight <= BDP {
+            (inflight / BASE_RTT, BASE_RTT)
+        } else {
+            (CAPACITY, (inflight / CAPACITY).min(BASE_RTT + MAX_QUEUE_S))
+        };
         (rate / total.max(1) as f64, rtt)
     };
+    let mut budget = HostBudget::new();
     let config =
         ControllerConfig::new(Parallelism::Tuned(TunerConfig { n0: 4, n_max: 64, ..TunerConfig::default() }));
     struct Copy {
@@ -347,16 +417,19 @@ fn simulate_copies(
         active: usize,
         /// Bytes moved in the last 60 s.
         last: f64,
+        /// With a host budget: the copy's id there, the ceiling applied.
+        seat: Option<(MemberId, Option<usize>)>,
     }
     let mut copies: Vec<Copy> = (0..k)
         .map(|i| {
             let bytes = [0u64; 64];
-            let ctl =
-                Controller::new(config.clone(), &counters(4, &bytes, &NO_RETRANSMITS, BASE_RTT), t0).unwrap();
+            let first = counters_with_window(4, &bytes, &NO_RETRANSMITS, BASE_RTT, window);
+            let ctl = Controller::new(config.clone(), &first, t0).unwrap();
             let active = ctl.decision().active;
             let governor =
                 Governor::new(GovernorConfig { stagger_seed: 7 + i as u64, ..GovernorConfig::new(mode) });
-            Copy { ctl, governor, bytes, active, last: 0.0 }
+            let seat = host.map(|b| (budget.join("path", Some(b)), None));
+            Copy { ctl, governor, bytes, active, last: 0.0, seat }
         })
         .collect();
     let mut now = t0;
@@ -366,7 +439,11 @@ fn simulate_copies(
         if let Some(at) = leave.filter(|_| gone.is_none())
             && now >= t0 + Duration::from_secs_f64(at)
         {
-            gone = Some(copies.remove(0));
+            let c = copies.remove(0);
+            if let Some((id, _)) = c.seat {
+                budget.leave(id);
+            }
+            gone = Some(c);
         }
         let next = copies.iter().map(|c| c.ctl.poll_timeout()).min().unwrap().max(now).min(end);
         let dt = next.saturating_duration_since(now).as_secs_f64();
@@ -383,9 +460,11 @@ fn simulate_copies(
         let (_, rtt) = path(copies.iter().map(|c| c.active).sum());
         for c in copies.iter_mut() {
             let measured = c.ctl.samples().len();
-            let mut decision = c.ctl.on_timeout(now, &counters(c.active, &c.bytes, &NO_RETRANSMITS, rtt));
+            let seen = counters_with_window(c.active, &c.bytes, &NO_RETRANSMITS, rtt, window);
+            let mut decision = c.ctl.on_timeout(now, &seen);
             if c.ctl.samples().len() > measured {
-                decision = govern(&mut c.ctl, &mut c.governor, rtt, decision);
+                let seat = c.seat.as_mut().map(|(id, applied)| (&mut budget, *id, applied));
+                decision = govern_on_host(&mut c.ctl, &mut c.governor, rtt, decision, seat);
             }
             if let Some(d) = decision {
                 c.active = d.active;
@@ -417,6 +496,28 @@ fn copies_together_do_not_escalate() {
         let total: usize = late.iter().sum();
         assert!(total <= 18, "{k} copies: N {late:?} where 9 fill the path; N per interval {ns:?}");
         assert!(together >= 0.85 * CAPACITY, "{k} copies: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
+    }
+}
+
+/// Copies sharing the host's budget on a path where each session carries
+/// little (random loss: 25 sessions fill it) and the budget they start
+/// from is far too few (4, a first N taken early): it must grow until the
+/// path is full, and no further than the path needs (two copies on the
+/// share bench's loss path split 6-9 sessions for the whole copy, 0.43-0.54
+/// of the link, before it grew).
+#[test]
+fn a_host_budget_taken_too_low_grows_until_the_path_is_full() {
+    for k in [2, 4] {
+        let (ns, each, together) = simulate_copies_on(k, ShareMode::Fair, 240.0, None, BDP / 25.0, Some(4));
+        let late: Vec<usize> = ns.iter().map(|n| n[n.len() / 2..].iter().copied().max().unwrap()).collect();
+        eprintln!(
+            "{k} copies, host budget from 4: {:.0} Mbit/s together ({:?} each), late max N {late:?}",
+            together * 8e-6,
+            each.iter().map(|g| (g * 8e-6).round()).collect::<Vec<_>>()
+        );
+        assert!(together >= 0.85 * CAPACITY, "{k} copies: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
+        let total: usize = late.iter().sum();
+        assert!(total <= 40, "{k} copies: N {late:?} where 25 fill the path; N per interval {ns:?}");
     }
 }
 

@@ -448,6 +448,9 @@ pub struct Governor {
     release_backoff: usize,
     changes: Vec<CeilingChange>,
     readings: Vec<GovernorReading>,
+    /// Settled intervals in a row with no standing queue and demand
+    /// enough to fill the sessions (see [`Governor::empty_intervals`]).
+    empty: usize,
 }
 
 impl Governor {
@@ -458,6 +461,7 @@ impl Governor {
             per_session: std::collections::BTreeMap::new(),
             ceiling: None,
             clean: 0,
+            empty: 0,
             full: 0,
             full_n: None,
             roomy: std::collections::BTreeMap::new(),
@@ -519,6 +523,15 @@ impl Governor {
     /// bottleneck changed too, it finds that.
     pub fn take_restart(&mut self) -> Option<usize> {
         self.restart.take()
+    }
+
+    /// Settled intervals in a row with no standing queue (at most a
+    /// quarter of what the mode allows, or the RTT's noise) and demand
+    /// enough to fill the sessions: the path is not full at these N. The
+    /// host's coordinator grows a budget on it
+    /// ([`crate::share::HostBudget`]).
+    pub fn empty_intervals(&self) -> usize {
+        self.empty
     }
 
     /// Every change of the ceiling so far.
@@ -595,6 +608,11 @@ impl Governor {
             }
         }
         let (Some(base), true) = (self.base_s, valid(o.rtt_s)) else { return None };
+        if !o.discarded && o.n > 0 {
+            let empty = !o.demand_limited
+                && o.rtt_s - base <= (self.config.allowed_queue_s(base) / 4.0).max(ROOM_QUEUE_S);
+            self.empty = if empty { self.empty + 1 } else { 0 };
+        }
         if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy || base < self.config.min_base_s {
             return None;
         }
@@ -1067,6 +1085,26 @@ mod tests {
         // still hold the queue of the 16.
         assert_eq!(g.observe(&obs(9, 160.0)), None, "16's queue draining");
         assert_eq!(g.observe(&obs(9, 160.0)), Some(Some(7)), "9 x 125 / 160, confirmed at 9");
+    }
+
+    #[test]
+    fn empty_intervals_count_queue_free_intervals_in_a_row() {
+        // Greedy too: the host's budget grows on it in every mode.
+        for mode in [ShareMode::Fair, ShareMode::Greedy] {
+            let mut g = Governor::new(GovernorConfig::new(mode));
+            g.observe(&obs(8, 100.0));
+            g.observe(&obs(8, 105.0));
+            assert_eq!(g.empty_intervals(), 2, "5 ms is within a quarter of the 25 ms fair allows");
+            g.observe(&obs(8, 120.0));
+            assert_eq!(g.empty_intervals(), 0, "a queue");
+            g.observe(&obs(8, 100.5));
+            g.observe(&obs(10, 100.5));
+            assert_eq!(g.empty_intervals(), 2, "the path's state, whatever our N");
+            g.observe(&PathObservation { discarded: true, ..obs(10, 150.0) });
+            assert_eq!(g.empty_intervals(), 2, "a discarded interval says nothing");
+            g.observe(&PathObservation { demand_limited: true, ..obs(10, 100.5) });
+            assert_eq!(g.empty_intervals(), 0, "sessions without demand do not show the path");
+        }
     }
 
     /// `n` sessions at `rtt_ms` moving `mbit` Mbit/s together.

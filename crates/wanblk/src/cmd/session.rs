@@ -330,10 +330,11 @@ pub(crate) struct SessionArgs {
     /// each other through a small coordinator on a Unix socket in
     /// $XDG_RUNTIME_DIR/wanblk (else /run/wanblk), run by one of them and
     /// taken over by another when it ends; a copy that cannot reach it goes
-    /// on alone. It is off by default because the budget is the N the
-    /// first copy tuned to early, which on a lossy path (where each session
-    /// carries little) is far too few: two copies with 0.01 % loss moved
-    /// 27 Mbit/s each, against 659 for one copy alone.
+    /// on alone. The budget starts as the N the first copy tuned to and
+    /// grows by a quarter whenever every copy runs near its share with no
+    /// standing queue on the path (on a lossy path, where each session
+    /// carries little, the first N is far too few). Off by default: it is
+    /// newer and less measured than `none` (docs/results/share).
     #[arg(long, value_name = "SCOPE", default_value = "none")]
     pub(crate) share_scope: wanblk_remote::ShareScope,
 
