@@ -1,6 +1,6 @@
 #!/bin/bash
 # usage: hostloss.sh BIN TAG [copy args]  two restores of $LEN (default 2G) started together
-# sharing the host's budget (--share-scope host), 1 Gbit/s, 50 ms one way, random loss $LOSS
+# sharing the host's budget (--share-scope $SCOPE, default host), 1 Gbit/s, 50 ms one way, random loss $LOSS
 # (default 0.0001) both ways; reports and logs in $OUT (default /tmp/s41/hostloss)
 B=$1; T=$2; shift 2; OUT=${OUT:-/tmp/s41/hostloss}; LEN=${LEN:-2G}; mkdir -p "$OUT"
 $B netem up --name hl --rate 1gbit --delay 50ms --loss "${LOSS:-0.0001}" >/dev/null 2>&1 || { echo netem up failed; exit 1; }
@@ -9,7 +9,7 @@ TP=$!
 sleep 1
 pids=()
 for c in A B; do
-  XDG_RUNTIME_DIR=$OUT nsenter --net=/run/netns/wbk-hl-c $B copy nbd://10.77.2.2:10809 null: --length "$LEN" --no-progress --congestion cubic --share-scope host --report $OUT/$T-$c.json "$@" > $OUT/$T-$c.log 2>&1 &
+  XDG_RUNTIME_DIR=$OUT nsenter --net=/run/netns/wbk-hl-c $B copy nbd://10.77.2.2:10809 null: --length "$LEN" --no-progress --congestion cubic --share-scope "${SCOPE:-host}" --report $OUT/$T-$c.json "$@" > $OUT/$T-$c.log 2>&1 &
   pids+=($!)
 done
 wait "${pids[@]}"
