@@ -136,11 +136,7 @@ pub(crate) async fn run(
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
                 let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
-                // Near the host's ceiling (the tuner's search under it is
-                // noisy on a lossy path) with the path not full for a few
-                // intervals: the budget may grow.
-                let room = h.grant().ceiling.is_some_and(|c| o.n * 4 >= c * 3)
-                    && governor.empty_intervals() >= governor.config().release_after;
+                let room = governor.room_under(o.n, h.grant().ceiling);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
                 h.report(Report { n: o.n, goodput, settled, room });
                 h.grant()

@@ -87,7 +87,8 @@ pub(crate) struct Report {
     pub(crate) goodput: u64,
     /// The tuner has converged.
     pub(crate) settled: bool,
-    /// At its ceiling for a few intervals with no standing queue.
+    /// Near its ceiling for a few intervals with no standing queue
+    /// ([`Governor::room_under`](wanblk_tune::share::Governor::room_under)).
     pub(crate) room: bool,
 }
 

@@ -128,9 +128,8 @@ fn govern(
 type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>);
 
 /// [`govern`], and with `host` the copy reports to the host's budget as
-/// the driver does (room: N within a quarter of the host's ceiling and
-/// `release_after` queue-free intervals), and the lower of the two
-/// ceilings holds.
+/// the driver does (room: [`Governor::room_under`]), and the lower of the
+/// two ceilings holds.
 fn govern_on_host(
     ctl: &mut Controller,
     governor: &mut Governor,
@@ -157,8 +156,7 @@ fn govern_on_host(
             }
         }
         Some((budget, id, applied)) => {
-            let room = budget.grant(id).ceiling.is_some_and(|c| o.n * 4 >= c * 3)
-                && governor.empty_intervals() >= governor.config().release_after;
+            let room = governor.room_under(o.n, budget.grant(id).ceiling);
             let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
             let grant = budget.report(id, o.n, o.goodput_bytes_per_s as u64, settled, room);
             let ceiling = match (governor.ceiling(), grant.ceiling) {

@@ -534,6 +534,15 @@ impl Governor {
         self.empty
     }
 
+    /// Whether a copy at `n` sessions under the host's `ceiling` has room
+    /// to report to the host's coordinator: its N within a quarter of the
+    /// ceiling (the tuner's search under it is noisy on a lossy path), and
+    /// the path not full for `release_after` intervals in a row
+    /// ([`empty_intervals`](Self::empty_intervals)). No ceiling, no room.
+    pub fn room_under(&self, n: usize, ceiling: Option<usize>) -> bool {
+        ceiling.is_some_and(|c| n * 4 >= c * 3) && self.empty >= self.config.release_after
+    }
+
     /// Every change of the ceiling so far.
     pub fn changes(&self) -> &[CeilingChange] {
         &self.changes
@@ -1104,6 +1113,13 @@ mod tests {
             assert_eq!(g.empty_intervals(), 2, "a discarded interval says nothing");
             g.observe(&PathObservation { demand_limited: true, ..obs(10, 100.5) });
             assert_eq!(g.empty_intervals(), 0, "sessions without demand do not show the path");
+            let release = g.config().release_after;
+            for _ in 0..release {
+                g.observe(&obs(6, 100.5));
+            }
+            assert!(g.room_under(6, Some(8)), "6 of a ceiling of 8, {release} empty intervals");
+            assert!(!g.room_under(5, Some(8)), "more than a quarter under the ceiling");
+            assert!(!g.room_under(6, None), "no ceiling, no room");
         }
     }
 

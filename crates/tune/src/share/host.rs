@@ -49,7 +49,7 @@
 //! - copy to coordinator: `hello 1 KEY [BUDGET]` (protocol version 1, the
 //!   path key, the budget last heard if any) then `report N GOODPUT
 //!   SETTLED [ROOM]` after every interval (active sessions, bytes per
-//!   second, 1 if the tuner has converged, 1 if the copy has room at its
+//!   second, 1 if the tuner has converged, 1 if the copy has room near its
 //!   ceiling; sent only when 1);
 //! - coordinator to copy: `grant CEILING COPIES [BUDGET]` (`-`: no
 //!   ceiling; the budget once there is one).
@@ -96,7 +96,7 @@ pub enum Message {
         goodput: u64,
         /// The tuner has converged (N is what this copy tunes to).
         settled: bool,
-        /// The copy has run at its ceiling for a few intervals with no
+        /// The copy has run near its ceiling for a few intervals with no
         /// standing queue: more sessions would fill idle capacity.
         room: bool,
     },
@@ -279,7 +279,7 @@ struct Member {
     key: String,
     n: usize,
     goodput: u64,
-    /// Room at its ceiling, reported since the budget last grew.
+    /// Room near its ceiling, reported since the budget last grew.
     room: bool,
 }
 
