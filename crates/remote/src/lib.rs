@@ -302,12 +302,18 @@ impl Remote {
 
     /// The link to the host's coordinator: with a tuned N, network stores
     /// and `--share-scope host` (the copies of this host on the same path
-    /// share one budget). The path key is the first store's server.
+    /// share one budget). The path key is the first store's server, in
+    /// this network namespace: the same address in another namespace (the
+    /// bench's and the tests' emulated paths) is another path.
     fn host_link(&self) -> Option<host::HostLink> {
         let tuned = matches!(self.options.sessions, Sessions::Auto { .. });
         let first = self.pools.first()?;
+        let key = match wanblk_sys::netns::current_id() {
+            Some(ns) => format!("{ns}{}", path_key(first.name())),
+            None => path_key(first.name()),
+        };
         (tuned && self.options.share_scope == ShareScope::Host)
-            .then(|| host::HostLink::start(runtime_dir(), path_key(first.name())))
+            .then(|| host::HostLink::start(runtime_dir(), key))
     }
 
     /// Stops the controller (recording the last, partial interval) and the

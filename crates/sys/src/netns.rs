@@ -61,9 +61,27 @@ pub fn supported() -> bool {
     Path::new("/proc/self/ns/net").exists()
 }
 
+/// The calling thread's network namespace as the kernel names it (e.g.
+/// `net:[4026531840]`, the link `/proc/thread-self/ns/net`), `None` where
+/// it cannot be read. Two processes see the same addresses as the same
+/// hosts only when this is equal.
+pub fn current_id() -> Option<String> {
+    let link = std::fs::read_link("/proc/thread-self/ns/net").ok()?;
+    link.to_str().filter(|s| s.starts_with("net:[")).map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_current_namespace_has_a_name() {
+        if supported() {
+            let id = current_id().expect("readable");
+            assert!(id.starts_with("net:[") && id.ends_with(']'), "{id}");
+            assert_eq!(current_id(), Some(id));
+        }
+    }
 
     #[test]
     fn entering_a_missing_namespace_fails_cleanly() {
