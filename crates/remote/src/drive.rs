@@ -8,7 +8,10 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
-use wanblk_tune::share::{EnsemblePacer, Governor, PathObservation, SessionSample, WindowSplitter, median};
+use wanblk_tune::share::{
+    CopiesSeen, EnsemblePacer, Governor, PathObservation, SessionSample, WindowSplitter, median,
+    settled_point,
+};
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
 use crate::host::{HostLink, Report};
@@ -114,7 +117,7 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> (Controller, Governor, usize) {
     let mut applied: Option<usize> = None;
-    let mut copies_seen = 1;
+    let mut copies_seen = CopiesSeen::default();
     let mut window = WindowSplitter::new();
     loop {
         let wake = tokio::time::Instant::from_std(ctl.poll_timeout());
@@ -135,17 +138,20 @@ pub(crate) async fn run(
             }
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
-                let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
+                let (n, settled) = settled_point(ctl.tuner(), o.n, h.grant().copies);
                 let room = governor.room_under(o.n, h.grant().ceiling);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
-                h.report(Report { n: o.n, goodput, settled, room });
+                h.report(Report { n, goodput, settled, room });
                 h.grant()
             });
-            if let Some(g) = grant {
-                if g.copies < copies_seen && governor.other_copy_left(o.t_s).is_some() {
+            let mut take_over = None;
+            if let Some(g) = grant
+                && copies_seen.left(g)
+            {
+                if governor.other_copy_left(o.t_s).is_some() {
                     tracing::info!(copies = g.copies, "share: another copy left, ceiling lifted");
                 }
-                copies_seen = g.copies;
+                take_over = g.share_after_leave(o.n);
             }
             let mut ceiling = governor.ceiling();
             if let Some(c) = grant.and_then(|g| g.ceiling) {
@@ -173,6 +179,9 @@ pub(crate) async fn run(
             if let Some(n0) = governor.take_restart() {
                 tracing::info!(n0, "share: the ceiling was lifted, the search starts again");
                 decision = ctl.restart_search(n0).or(decision);
+            } else if let Some(n0) = take_over {
+                tracing::info!(n0, "share: another copy left, its share of the budget taken over");
+                decision = ctl.take_over(n0).or(decision);
             }
         }
         if let Some(d) = decision {

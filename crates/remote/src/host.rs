@@ -159,8 +159,11 @@ async fn run(
                 Ok(()) => {}
                 Err(e) => tracing::debug!("host coordinator: {e}"),
             }
+            // Alone until a coordinator answers again, with the budget
+            // last heard (a copy whose peers left with the coordinator takes
+            // it over).
             budget = grants.borrow().budget.or(budget);
-            if grants.send_replace(Grant::ALONE).copies > 1 {
+            if grants.send_replace(Grant { budget, ..Grant::ALONE }).copies > 1 {
                 tracing::info!("host coordinator gone: going on alone");
             }
         }

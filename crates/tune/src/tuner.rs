@@ -513,6 +513,20 @@ impl Tuner {
         matches!(self.state, State::Converged(_)).then_some(self.current)
     }
 
+    /// The N the search holds best so far once it has found where more
+    /// sessions stop helping (past its climb): the converged N, the golden
+    /// bracket's middle, the fewest sessions the knee search saw full, the
+    /// point above a step down. `None` while it climbs.
+    pub fn best_known(&self) -> Option<usize> {
+        match &self.state {
+            State::Up { .. } => None,
+            State::Down { best, .. } => Some(best.n),
+            State::Golden { m, .. } => Some(m.n),
+            State::Knee { hi, .. } => Some(hi.n),
+            State::Converged(_) => Some(self.current),
+        }
+    }
+
     /// True when the next sample will be discarded as warm-up.
     pub fn next_is_warmup(&self) -> bool {
         self.warmup_pending

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use wanblk_tune::share::host::MemberId;
-use wanblk_tune::share::{Governor, GovernorConfig, HostBudget, PathObservation, ShareMode};
+use wanblk_tune::share::{
+    CopiesSeen, Governor, GovernorConfig, HostBudget, PathObservation, ShareMode, settled_point,
+};
 use wanblk_tune::{
     Controller, ControllerConfig, Counters, Decision, Parallelism, PoolCounters, PoolLimits, SessionCounters,
     TcpCounters, TunerConfig,
@@ -124,12 +126,15 @@ fn govern(
 }
 
 /// A copy's link to the host's budget in the simulation: the budget, the
-/// copy's id there, and the ceiling applied to its controller.
-type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>);
+/// copy's id there, the ceiling applied to its controller and the copies
+/// it last saw on the path.
+type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>, &'a mut CopiesSeen);
 
 /// [`govern`], and with `host` the copy reports to the host's budget as
-/// the driver does (room: [`Governor::room_under`]), and the lower of the
-/// two ceilings holds.
+/// the driver does (room: [`Governor::room_under`]), the lower of the two
+/// ceilings holds, and when copies left it lifts the governor's ceiling
+/// and takes over its share of the budget
+/// ([`Grant::share_after_leave`](wanblk_tune::share::Grant::share_after_leave)).
 fn govern_on_host(
     ctl: &mut Controller,
     governor: &mut Governor,
@@ -149,16 +154,21 @@ fn govern_on_host(
         demand_limited: s.demand_limited,
     };
     let changed = governor.observe(&o);
+    let mut take_over = None;
     match host {
         None => {
             if let Some(c) = changed {
                 decision = ctl.set_ceiling(c).or(decision);
             }
         }
-        Some((budget, id, applied)) => {
+        Some((budget, id, applied, copies_seen)) => {
             let room = governor.room_under(o.n, budget.grant(id).ceiling);
-            let settled = ctl.tuner().and_then(|t| t.converged()).is_some();
-            let grant = budget.report(id, o.n, o.goodput_bytes_per_s as u64, settled, room);
+            let (n, settled) = settled_point(ctl.tuner(), o.n, budget.grant(id).copies);
+            let grant = budget.report(id, n, o.goodput_bytes_per_s as u64, settled, room);
+            if copies_seen.left(grant) {
+                governor.other_copy_left(o.t_s);
+                take_over = grant.share_after_leave(o.n);
+            }
             let ceiling = match (governor.ceiling(), grant.ceiling) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -171,6 +181,8 @@ fn govern_on_host(
     }
     if let Some(n0) = governor.take_restart() {
         decision = ctl.restart_search(n0).or(decision);
+    } else if let Some(n0) = take_over {
+        decision = ctl.take_over(n0).or(decision);
     }
     ctl.set_path_base_rtt(governor.path_base_rtt_s());
     decision
@@ -378,13 +390,20 @@ fn simulate_copies(
     seconds: f64,
     leave: Option<f64>,
 ) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
-    simulate_copies_on(k, mode, seconds, leave, BDP / 9.0, None)
+    let (ns, each, together, _) = simulate_copies_on(k, mode, seconds, leave, BDP / 9.0, None, 60.0);
+    (ns, each, together)
 }
+
+/// Copies on one simulated path: N per interval of each copy, each copy's
+/// goodput over the counted tail (bytes/s), their sum, and when each
+/// interval ended (seconds).
+type CopiesRun = (Vec<Vec<usize>>, Vec<f64>, f64, Vec<Vec<f64>>);
 
 /// [`simulate_copies`] with sessions whose windows are `window` bytes (a
 /// smaller window stands for the lower rate random loss leaves a cubic
 /// session), and with `host` the copies share one host's budget, joining
-/// with that budget (as told by an earlier coordinator).
+/// with that budget (as told by an earlier coordinator); goodput is
+/// counted over the last `tail` seconds.
 fn simulate_copies_on(
     k: usize,
     mode: ShareMode,
@@ -392,7 +411,8 @@ fn simulate_copies_on(
     leave: Option<f64>,
     window: f64,
     host: Option<usize>,
-) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
+    tail: f64,
+) -> CopiesRun {
     let t0 = Instant::now();
     // The shared path: (rate of one session, RTT) with `total` sessions of
     // all copies on it, which share it as the sessions of one would.
@@ -413,10 +433,10 @@ fn simulate_copies_on(
         governor: Governor,
         bytes: [u64; 64],
         active: usize,
-        /// Bytes moved in the last 60 s.
+        /// Bytes moved in the last `tail` seconds.
         last: f64,
         /// With a host budget: the copy's id there, the ceiling applied.
-        seat: Option<(MemberId, Option<usize>)>,
+        seat: Option<(MemberId, Option<usize>, CopiesSeen)>,
     }
     let mut copies: Vec<Copy> = (0..k)
         .map(|i| {
@@ -426,7 +446,7 @@ fn simulate_copies_on(
             let active = ctl.decision().active;
             let governor =
                 Governor::new(GovernorConfig { stagger_seed: 7 + i as u64, ..GovernorConfig::new(mode) });
-            let seat = host.map(|b| (budget.join("path", Some(b)), None));
+            let seat = host.map(|b| (budget.join("path", Some(b)), None, CopiesSeen::default()));
             Copy { ctl, governor, bytes, active, last: 0.0, seat }
         })
         .collect();
@@ -438,14 +458,15 @@ fn simulate_copies_on(
             && now >= t0 + Duration::from_secs_f64(at)
         {
             let c = copies.remove(0);
-            if let Some((id, _)) = c.seat {
+            if let Some((id, _, _)) = c.seat {
                 budget.leave(id);
             }
             gone = Some(c);
         }
         let next = copies.iter().map(|c| c.ctl.poll_timeout()).min().unwrap().max(now).min(end);
         let dt = next.saturating_duration_since(now).as_secs_f64();
-        let counted = next.saturating_duration_since(now.max(end - Duration::from_secs(60))).as_secs_f64();
+        let counted =
+            next.saturating_duration_since(now.max(end - Duration::from_secs_f64(tail))).as_secs_f64();
         let total: usize = copies.iter().map(|c| c.active).sum();
         let (rate, _) = path(total);
         for c in copies.iter_mut() {
@@ -461,7 +482,7 @@ fn simulate_copies_on(
             let seen = counters_with_window(c.active, &c.bytes, &NO_RETRANSMITS, rtt, window);
             let mut decision = c.ctl.on_timeout(now, &seen);
             if c.ctl.samples().len() > measured {
-                let seat = c.seat.as_mut().map(|(id, applied)| (&mut budget, *id, applied));
+                let seat = c.seat.as_mut().map(|(id, applied, seen)| (&mut budget, *id, applied, seen));
                 decision = govern_on_host(&mut c.ctl, &mut c.governor, rtt, decision, seat);
             }
             if let Some(d) = decision {
@@ -470,9 +491,10 @@ fn simulate_copies_on(
         }
     }
     let ns = copies.iter().map(|c| c.ctl.samples().iter().map(|s| s.n).collect()).collect();
-    let each: Vec<f64> = copies.iter().map(|c| c.last / 60.0).collect();
+    let each: Vec<f64> = copies.iter().map(|c| c.last / tail).collect();
     let together = each.iter().sum();
-    (ns, each, together)
+    let times = copies.iter().map(|c| c.ctl.samples().iter().map(|s| s.t_s).collect()).collect();
+    (ns, each, together, times)
 }
 
 /// Two and four `fair` copies started together see each other's queue:
@@ -506,7 +528,8 @@ fn copies_together_do_not_escalate() {
 #[test]
 fn a_host_budget_taken_too_low_grows_until_the_path_is_full() {
     for k in [2, 4] {
-        let (ns, each, together) = simulate_copies_on(k, ShareMode::Fair, 240.0, None, BDP / 25.0, Some(4));
+        let (ns, each, together, _) =
+            simulate_copies_on(k, ShareMode::Fair, 240.0, None, BDP / 25.0, Some(4), 60.0);
         let late: Vec<usize> = ns.iter().map(|n| n[n.len() / 2..].iter().copied().max().unwrap()).collect();
         eprintln!(
             "{k} copies, host budget from 4: {:.0} Mbit/s together ({:?} each), late max N {late:?}",
@@ -535,5 +558,73 @@ fn when_a_copy_ends_the_others_fill_the_path_again() {
             each.iter().map(|g| (g * 8e-6).round()).collect::<Vec<_>>()
         );
         assert!(together >= 0.9 * CAPACITY, "{k} copies, one ended: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
+    }
+}
+
+/// Copies sharing the host's budget: when one ends, the others take over
+/// its share of the budget at once (its sessions' room is free now)
+/// instead of climbing to it a measured step at a time (two copies on the
+/// share bench: the one left held 2 sessions, 0.4 of the link, for 5 s).
+#[test]
+fn when_a_copy_on_the_host_budget_ends_the_others_take_its_share_at_once() {
+    for k in [2, 4] {
+        // A budget of 10 where 9 fill the path.
+        let (ns, each, together, times) =
+            simulate_copies_on(k, ShareMode::Fair, 130.0, Some(120.0), BDP / 9.0, Some(10), 8.0);
+        // Each copy's N in the intervals that ended within 2 s of the
+        // leave (four intervals of 5 RTTs; a second grant confirms the
+        // leave): its share of the 10 by then.
+        let soon: Vec<usize> = ns
+            .iter()
+            .zip(&times)
+            .map(|(n, t)| {
+                n.iter()
+                    .zip(t)
+                    .filter(|(_, t)| **t > 120.0 && **t <= 122.0)
+                    .map(|(n, _)| *n)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        eprintln!(
+            "{k} copies on the host budget, one ended: N within 2 s {soon:?}, then {:.0} Mbit/s together ({:?} each)",
+            together * 8e-6,
+            each.iter().map(|g| (g * 8e-6).round()).collect::<Vec<_>>(),
+        );
+        let share = 10 / (k - 1);
+        assert!(soon.iter().all(|n| *n >= share), "{k} copies: N {soon:?} 2 s after one ended; N {ns:?}");
+        assert!(together >= 0.9 * CAPACITY, "{k} copies, one ended: {:.0} Mbit/s; N {ns:?}", together * 8e-6);
+    }
+}
+
+/// Copies started together on the host's budget with none known yet: the
+/// first tunes while the others hold one session each, and the budget is
+/// set once the first's search is past its climb, not when it converges
+/// (four copies on the share bench: the first's search read 8, 6, 7 beside
+/// the three held copies for 19 s and never converged, and the three held
+/// one session each for its whole copy).
+#[test]
+fn copies_started_together_split_the_budget_once_the_first_search_passed_its_climb() {
+    for k in [2, 4] {
+        // Budget 0: none known; the first 12 s counted.
+        let (ns, each, together, times) =
+            simulate_copies_on(k, ShareMode::Fair, 12.0, None, BDP / 9.0, Some(0), 12.0);
+        // When the held copies first ran more than one session again.
+        let freed: Vec<Option<f64>> = ns[1..]
+            .iter()
+            .zip(&times[1..])
+            .map(|(n, t)| {
+                n.iter().zip(t).skip_while(|(n, _)| **n > 1).find(|(n, _)| **n > 1).map(|(_, t)| *t)
+            })
+            .collect();
+        eprintln!(
+            "{k} copies from no budget: held ones freed at {freed:?} s, {:.0} Mbit/s together ({:?} each), N {ns:?}",
+            together * 8e-6,
+            each.iter().map(|g| (g * 8e-6).round()).collect::<Vec<_>>(),
+        );
+        assert!(
+            freed.iter().all(|t| t.is_some_and(|t| t <= 8.0)),
+            "{k} copies: held ones freed at {freed:?}; N {ns:?}"
+        );
     }
 }

@@ -993,17 +993,35 @@ impl Controller {
     /// left alone.
     pub fn restart_search(&mut self, n0: usize) -> Option<Decision> {
         let tuner = self.tuner.as_ref()?;
-        let cfg = tuner.config().clone();
-        let n0 = n0.clamp(cfg.n_min, cfg.n_max);
+        let n0 = n0.clamp(tuner.config().n_min, tuner.config().n_max);
         let here = n0 == tuner.current();
         if here && tuner.converged().is_none() {
             // A search under way from here already.
             return None;
         }
+        // Held here beside traffic that has left: whether more sessions
+        // help now, not whether fewer do.
+        self.search_from(n0, here)
+    }
+
+    /// Moves to `n0` sessions at once and searches only above them (the
+    /// first point full is the knee): the host's budget after other copies
+    /// left the path, whose share the copies that left held while the
+    /// budget filled it ([`Grant::share_after_leave`](crate::share::Grant::share_after_leave)).
+    /// A search restarted there would climb above it and drain back.
+    /// Returns the decision if N changed. A fixed N is left alone.
+    pub fn take_over(&mut self, n0: usize) -> Option<Decision> {
+        let tuner = self.tuner.as_ref()?;
+        let n0 = n0.clamp(tuner.config().n_min, tuner.config().n_max);
+        self.search_from(n0, true)
+    }
+
+    /// A new search from `n0` (clamped already), only above it with
+    /// `above`.
+    fn search_from(&mut self, n0: usize, above: bool) -> Option<Decision> {
+        let cfg = self.tuner.as_ref()?.config().clone();
         let mut tuner = Tuner::new(TunerConfig { n0, ..cfg }).ok()?;
-        if here {
-            // Held here beside traffic that has left: whether more
-            // sessions help now, not whether fewer do.
+        if above {
             tuner.search_above_current();
         }
         self.replace_tuner(tuner)

@@ -17,9 +17,13 @@
 //!   least 1 each: together about the N of one copy.
 //! - With k copies started together (no budget yet), the first copy (the
 //!   leader) tunes without a ceiling while the others are held at one
-//!   session; the leader's converged N plus the sessions the others held
-//!   meanwhile (the leader tuned beside them) becomes the budget, and it
-//!   is split.
+//!   session; the leader's N once its search found where more sessions
+//!   stop helping (converged, or the best point of a search past its
+//!   climb: [`settled_point`]) plus the sessions the others held meanwhile
+//!   (the leader tuned beside them) becomes the budget, and it is split.
+//!   Waiting for the leader to converge held three of four copies at one
+//!   session for the leader's whole copy on the share path (its search
+//!   read 8, 6, 7 beside them for 19 s and never ended).
 //! - A budget grows by a quarter (at least one session) when every copy on
 //!   the path reports room: it has run near its ceiling for a few intervals
 //!   with no standing queue (the path is not full at that N). A leader's
@@ -61,6 +65,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use crate::Tuner;
 
 /// The protocol version this build speaks.
 pub const VERSION: u32 = 1;
@@ -297,6 +303,72 @@ pub struct Grant {
 impl Grant {
     /// A copy alone on its path: no ceiling, no budget yet.
     pub const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None };
+
+    /// The N a copy at `n` takes at once when this grant came after other
+    /// copies left the path: its new share of the budget (the whole budget
+    /// alone). The copies that left held the rest of a path the budget
+    /// filled, so their sessions' room is there now; climbing to it a
+    /// measured step at a time left the copy that stayed at 2 sessions,
+    /// 0.4 of the link, for 5 s (share bench, two copies). `None` when no
+    /// budget is known or the share is no more than `n`.
+    pub fn share_after_leave(&self, n: usize) -> Option<usize> {
+        self.ceiling.or(self.budget).filter(|s| *s > n)
+    }
+}
+
+/// What a copy at `n` sessions reports to the coordinator as its N and
+/// whether it settled, from its `tuner`, with `copies` on the path (its
+/// last grant). Alone, settled means converged: the N one copy needs.
+/// Beside others, the search counts as settled once it is past its climb
+/// ([`Tuner::best_known`]): only the leader's settled report sets a budget,
+/// and its search beside held copies may never converge. The N it then
+/// reports is the lower of that best point and the N it moves to next: a
+/// knee search's best is the fewest sessions seen full, an upper bound
+/// (32 where 5 fill the share path), and a budget taken too low grows
+/// while one taken too high is never cut.
+pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize) -> (usize, bool) {
+    match tuner {
+        Some(t) if t.converged().is_some() => (n, true),
+        Some(t) if copies > 1 => t.best_known().map_or((n, false), |b| (b.min(t.current()), true)),
+        _ => (n, false),
+    }
+}
+
+/// A copy's count of the copies on its path, from the grant it holds after
+/// each interval: tells when some of them left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopiesSeen {
+    seen: usize,
+    fewer: bool,
+}
+
+impl Default for CopiesSeen {
+    fn default() -> CopiesSeen {
+        CopiesSeen { seen: 1, fewer: false }
+    }
+}
+
+impl CopiesSeen {
+    /// Takes this interval's grant; true once fewer copies than before
+    /// share the path in two grants in a row. One is not enough: when the
+    /// copy that served the coordinator ends, the others hear nobody (alone)
+    /// for a moment, and the first back at the new coordinator is alone
+    /// there until the others rejoin; taking the whole budget on that
+    /// would send one copy to every session of the path for an interval.
+    pub fn left(&mut self, g: Grant) -> bool {
+        if g.copies >= self.seen {
+            self.seen = g.copies;
+            self.fewer = false;
+            return false;
+        }
+        if !self.fewer {
+            self.fewer = true;
+            return false;
+        }
+        self.seen = g.copies;
+        self.fewer = false;
+        true
+    }
 }
 
 /// The coordinator's state: the copies of one host and the budget of each
@@ -364,8 +436,16 @@ impl HostBudget {
             // leader settled at 2 beside three single sessions, and a
             // budget of 2 left the three at one session each, 0.7 of the
             // link, once the leader was done).
-            let total: usize = peers.iter().filter_map(|p| self.members.get(p)).map(|m| m.n).sum();
-            let total = total.max(n);
+            // The others count at the one session they are held at: one
+            // that has not reported since it was held still says the N it
+            // started with (a budget of 5 + 6 where 5 + 1 filled the path).
+            let others: usize = peers
+                .iter()
+                .filter(|p| **p != id)
+                .filter_map(|p| self.members.get(p))
+                .map(|m| m.n.min(1))
+                .sum();
+            let total = n + others;
             // Alone, a copy only raises the budget: the first copy back
             // at a coordinator that took over is alone for a moment, and
             // its tuner converged under the ceiling it had beside the
@@ -560,11 +640,30 @@ mod tests {
         assert_eq!(ceilings, vec![3, 3, 2, 2]);
         // A follower's settled N never sets the budget.
         h.report(ids[3], 2, 0, true, false);
+        // A follower not yet back since it was held counts at one session.
+        let mut g = HostBudget::new();
+        let (lead, late) = (g.join("p", None), g.join("p", None));
+        g.report(late, 6, 0, false, false);
+        assert_eq!(g.report(lead, 5, 0, true, false).budget, Some(6));
         assert_eq!(h.grant(ids[0]).ceiling, Some(3));
         // The leader is done first: the others share the whole budget.
         h.leave(ids[0]);
         let ceilings: Vec<usize> = ids[1..].iter().map(|id| h.grant(*id).ceiling.unwrap()).collect();
         assert_eq!(ceilings, vec![4, 3, 3]);
+        // The copies that stay take their new share at once (a copy held
+        // below its share by its own governor too), never less than they run.
+        assert_eq!(h.grant(ids[1]).share_after_leave(2), Some(4));
+        assert_eq!(h.grant(ids[1]).share_after_leave(4), None);
+        for id in &ids[1..3] {
+            h.leave(*id);
+        }
+        // The last one alone takes the whole budget.
+        assert_eq!(h.grant(ids[3]).share_after_leave(3), Some(10));
+        // Without a budget (the leader left while tuning) nothing is known.
+        let mut h = HostBudget::new();
+        let (lead, other) = (h.join("p", None), h.join("p", None));
+        h.leave(lead);
+        assert_eq!(h.grant(other).share_after_leave(1), None);
     }
 
     #[test]
@@ -594,6 +693,23 @@ mod tests {
         // Alone, room is nobody's ceiling: the copy tunes.
         h.leave(second);
         assert_eq!(h.report(first, 3, 0, true, true), Grant { ceiling: None, copies: 1, budget: Some(3) });
+    }
+
+    #[test]
+    fn a_copy_counts_copies_left_on_the_second_grant_that_says_so() {
+        let g = |copies| Grant { ceiling: None, copies, budget: Some(8) };
+        let mut seen = CopiesSeen::default();
+        assert!(!seen.left(g(4)));
+        // The coordinator went: alone for a moment, then three again.
+        assert!(!seen.left(g(1)));
+        assert!(seen.left(g(3)), "three of four are left");
+        assert!(!seen.left(g(3)));
+        // One more left for good.
+        assert!(!seen.left(g(2)));
+        assert!(seen.left(g(2)));
+        // More copies never count as left.
+        assert!(!seen.left(g(4)));
+        assert!(!seen.left(g(4)));
     }
 
     proptest! {

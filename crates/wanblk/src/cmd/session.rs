@@ -333,7 +333,8 @@ pub(crate) struct SessionArgs {
     /// on alone. The budget starts as the N the first copy tuned to and
     /// grows by a quarter whenever every copy runs near its share with no
     /// standing queue on the path (on a lossy path, where each session
-    /// carries little, the first N is far too few). Off by default: it is
+    /// carries little, the first N is far too few); when a copy ends, the
+    /// others take its share over at once. Off by default: it is
     /// newer and less measured than `none` (docs/results/share).
     #[arg(long, value_name = "SCOPE", default_value = "none")]
     pub(crate) share_scope: wanblk_remote::ShareScope,
