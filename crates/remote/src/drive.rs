@@ -9,8 +9,8 @@ use std::time::Instant;
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
 use wanblk_tune::share::{
-    CopiesSeen, EnsemblePacer, Governor, PathObservation, SessionSample, WindowSplitter, median,
-    settled_point,
+    CopiesSeen, EnsemblePacer, Governor, PathObservation, Restart, SessionSample, WindowSplitter, median,
+    restart_after, settled_point,
 };
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
@@ -176,12 +176,16 @@ pub(crate) async fn run(
                 applied = ceiling;
                 decision = ctl.set_ceiling(ceiling).or(decision);
             }
-            if let Some(n0) = governor.take_restart() {
-                tracing::info!(n0, "share: the ceiling was lifted, the search starts again");
-                decision = ctl.restart_search(n0).or(decision);
-            } else if let Some(n0) = take_over {
-                tracing::info!(n0, "share: another copy left, its share of the budget taken over");
-                decision = ctl.take_over(n0).or(decision);
+            match restart_after(governor.take_restart(), take_over) {
+                Some(Restart::Search(n0)) => {
+                    tracing::info!(n0, "share: the ceiling was lifted, the search starts again");
+                    decision = ctl.restart_search(n0).or(decision);
+                }
+                Some(Restart::TakeOver(n0)) => {
+                    tracing::info!(n0, "share: another copy left, its share of the budget taken over");
+                    decision = ctl.take_over(n0).or(decision);
+                }
+                None => {}
             }
         }
         if let Some(d) = decision {

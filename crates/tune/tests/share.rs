@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use wanblk_tune::share::host::MemberId;
 use wanblk_tune::share::{
-    CopiesSeen, Governor, GovernorConfig, HostBudget, PathObservation, ShareMode, settled_point,
+    CopiesSeen, Governor, GovernorConfig, HostBudget, PathObservation, Restart, ShareMode, restart_after,
+    settled_point,
 };
 use wanblk_tune::{
     Controller, ControllerConfig, Counters, Decision, Parallelism, PoolCounters, PoolLimits, SessionCounters,
@@ -179,10 +180,10 @@ fn govern_on_host(
             }
         }
     }
-    if let Some(n0) = governor.take_restart() {
-        decision = ctl.restart_search(n0).or(decision);
-    } else if let Some(n0) = take_over {
-        decision = ctl.take_over(n0).or(decision);
+    match restart_after(governor.take_restart(), take_over) {
+        Some(Restart::Search(n0)) => decision = ctl.restart_search(n0).or(decision),
+        Some(Restart::TakeOver(n0)) => decision = ctl.take_over(n0).or(decision),
+        None => {}
     }
     ctl.set_path_base_rtt(governor.path_base_rtt_s());
     decision

@@ -334,6 +334,30 @@ pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize) -> (usize, 
     }
 }
 
+/// How a copy's search starts again after an interval, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// From this N, as the governor asked (a ceiling it lifted):
+    /// [`Controller::restart_search`](crate::Controller::restart_search).
+    Search(usize),
+    /// At this N at once, searching only above it (the share of copies
+    /// that left): [`Controller::take_over`](crate::Controller::take_over).
+    TakeOver(usize),
+}
+
+/// The governor's `restart` and a `take_over` after copies left often come
+/// in the same interval (the queue the copies that left kept went with
+/// them, and the governor lifts its ceiling on that too): the take-over
+/// holds when it asks for at least as many sessions (on the share bench a
+/// restart from the 2 sessions the copy held displaced a take-over of 8).
+pub fn restart_after(restart: Option<usize>, take_over: Option<usize>) -> Option<Restart> {
+    match (restart, take_over) {
+        (Some(r), Some(t)) if r > t => Some(Restart::Search(r)),
+        (_, Some(t)) => Some(Restart::TakeOver(t)),
+        (r, None) => r.map(Restart::Search),
+    }
+}
+
 /// A copy's count of the copies on its path, from the grant it holds after
 /// each interval: tells when some of them left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -693,6 +717,15 @@ mod tests {
         // Alone, room is nobody's ceiling: the copy tunes.
         h.leave(second);
         assert_eq!(h.report(first, 3, 0, true, true), Grant { ceiling: None, copies: 1, budget: Some(3) });
+    }
+
+    #[test]
+    fn a_take_over_holds_over_a_restart_from_fewer_sessions() {
+        assert_eq!(restart_after(Some(2), Some(8)), Some(Restart::TakeOver(8)));
+        assert_eq!(restart_after(None, Some(8)), Some(Restart::TakeOver(8)));
+        assert_eq!(restart_after(Some(12), Some(8)), Some(Restart::Search(12)));
+        assert_eq!(restart_after(Some(3), None), Some(Restart::Search(3)));
+        assert_eq!(restart_after(None, None), None);
     }
 
     #[test]
