@@ -138,8 +138,9 @@ pub(crate) async fn run(
             }
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
-                let (n, settled) = settled_point(ctl.tuner(), o.n, h.grant().copies);
-                let room = governor.room_under(o.n, h.grant().ceiling);
+                let last = h.grant();
+                let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
+                let room = governor.room_under(o.n, last.ceiling);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
                 h.report(Report { n, goodput, settled, room });
                 h.grant()

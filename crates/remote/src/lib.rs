@@ -308,12 +308,13 @@ impl Remote {
     fn host_link(&self) -> Option<host::HostLink> {
         let tuned = matches!(self.options.sessions, Sessions::Auto { .. });
         let first = self.pools.first()?;
-        let key = match wanblk_sys::netns::current_id() {
-            Some(ns) => format!("{ns}{}", path_key(first.name())),
-            None => path_key(first.name()),
-        };
-        (tuned && self.options.share_scope == ShareScope::Host)
-            .then(|| host::HostLink::start(runtime_dir(), key))
+        (tuned && self.options.share_scope == ShareScope::Host).then(|| {
+            let key = match wanblk_sys::netns::current_id() {
+                Some(ns) => format!("{ns}{}", path_key(first.name())),
+                None => path_key(first.name()),
+            };
+            host::HostLink::start(runtime_dir(), key)
+        })
     }
 
     /// Stops the controller (recording the last, partial interval) and the

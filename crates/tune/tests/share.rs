@@ -163,8 +163,9 @@ fn govern_on_host(
             }
         }
         Some((budget, id, applied, copies_seen)) => {
-            let room = governor.room_under(o.n, budget.grant(id).ceiling);
-            let (n, settled) = settled_point(ctl.tuner(), o.n, budget.grant(id).copies);
+            let last = budget.grant(id);
+            let room = governor.room_under(o.n, last.ceiling);
+            let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
             let grant = budget.report(id, n, o.goodput_bytes_per_s as u64, settled, room);
             if copies_seen.left(grant) {
                 governor.other_copy_left(o.t_s);
