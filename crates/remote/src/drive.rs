@@ -9,12 +9,12 @@ use std::time::Instant;
 use tokio::sync::watch;
 use wanblk_blockdev::pool::{Pool, PoolSnapshot};
 use wanblk_tune::share::{
-    CopiesSeen, EnsemblePacer, Governor, PathObservation, Restart, SessionSample, WindowSplitter, median,
-    restart_after, settled_point,
+    CopiesSeen, CopyReport, EnsemblePacer, Governor, PathObservation, Restart, SessionSample, WindowSplitter,
+    median, restart_after, settled_point,
 };
 use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, SessionCounters, TcpCounters};
 
-use crate::host::{HostLink, Report};
+use crate::host::HostLink;
 use crate::monitor;
 
 /// The controller's view of one pool: its limits and open sessions.
@@ -142,7 +142,7 @@ pub(crate) async fn run(
                 let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
                 let room = governor.room_under(o.n, last.ceiling);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
-                h.report(Report { n, goodput, settled, room });
+                h.report(CopyReport { n, goodput, settled, room, left: remaining() });
                 h.grant()
             });
             let mut take_over = None;
@@ -153,6 +153,13 @@ pub(crate) async fn run(
                     tracing::info!(copies = g.copies, "share: another copy left, ceiling lifted");
                 }
                 take_over = g.share_after_leave(o.n);
+            }
+            // Another copy gave a session up for this one (the
+            // coordinator's turns): above this copy's own ceiling too.
+            if let Some(t) = grant.and_then(|g| g.take).filter(|t| *t > o.n) {
+                governor.hand_over(o.n, t, o.t_s);
+                tracing::info!(n0 = t, "share: a session another copy gave up taken over");
+                take_over = take_over.max(Some(t));
             }
             let mut ceiling = governor.ceiling();
             if let Some(c) = grant.and_then(|g| g.ceiling) {
@@ -173,6 +180,16 @@ pub(crate) async fn run(
                     pool.set_window_clamp(clamp);
                 }
             }
+            if grant.is_some()
+                && copies_seen.handed_over()
+                && take_over.is_none()
+                && let (Some(now), Some(before)) = (ceiling, applied)
+                && now > before
+                && o.n >= before
+            {
+                tracing::info!(n0 = now, "share: a left-over session of the budget handed to this copy");
+                take_over = Some(now);
+            }
             if ceiling != applied {
                 applied = ceiling;
                 decision = ctl.set_ceiling(ceiling).or(decision);
@@ -183,7 +200,7 @@ pub(crate) async fn run(
                     decision = ctl.restart_search(n0).or(decision);
                 }
                 Some(Restart::TakeOver(n0)) => {
-                    tracing::info!(n0, "share: another copy left, its share of the budget taken over");
+                    tracing::info!(n0, "share: a share of the host budget taken over at once");
                     decision = ctl.take_over(n0).or(decision);
                 }
                 None => {}

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, timeout};
 use wanblk_tune::share::host::{Decoder, Message, VERSION};
-use wanblk_tune::share::{Grant, HostBudget};
+use wanblk_tune::share::{CopyReport, Grant, HostBudget};
 
 /// How often a copy re-sends its last report when nothing changed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -78,23 +78,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// One copy's state after an interval, as told to the coordinator.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Report {
-    /// Active sessions.
-    pub(crate) n: usize,
-    /// Goodput, bytes per second.
-    pub(crate) goodput: u64,
-    /// The tuner has converged.
-    pub(crate) settled: bool,
-    /// Near its ceiling for a few intervals with no standing queue
-    /// ([`Governor::room_under`](wanblk_tune::share::Governor::room_under)).
-    pub(crate) room: bool,
-}
-
 /// One copy's link to the host's coordinator. See the module docs.
 pub(crate) struct HostLink {
-    reports: watch::Sender<Option<Report>>,
+    reports: watch::Sender<Option<CopyReport>>,
     grants: watch::Receiver<Grant>,
     peak: Arc<AtomicUsize>,
     _task: AbortOnDrop,
@@ -111,7 +97,7 @@ impl HostLink {
     }
 
     /// This copy's state after an interval.
-    pub(crate) fn report(&self, report: Report) {
+    pub(crate) fn report(&self, report: CopyReport) {
         self.reports.send_replace(Some(report));
     }
 
@@ -129,7 +115,7 @@ impl HostLink {
 async fn run(
     dir: PathBuf,
     key: String,
-    reports: watch::Receiver<Option<Report>>,
+    reports: watch::Receiver<Option<CopyReport>>,
     grants: watch::Sender<Grant>,
     peak: Arc<AtomicUsize>,
 ) {
@@ -234,17 +220,14 @@ async fn member(s: UnixStream, budget: Arc<Mutex<HostBudget>>) {
                         id = Some(b.join(&key, budget));
                         continue;
                     }
-                    (Ok(Message::Report { n, goodput, settled, room }), Some(i)) => {
-                        b.report(i, n, goodput, settled, room)
-                    }
+                    (Ok(Message::Report(r)), Some(i)) => b.report(i, r),
                     (other, _) => {
                         tracing::debug!("host coordinator: dropping a copy: {other:?}");
                         break 'conn;
                     }
                 }
             };
-            let line = Message::Grant { ceiling: grant.ceiling, copies: grant.copies, budget: grant.budget }
-                .encode();
+            let line = Message::Grant(grant).encode();
             if !matches!(timeout(WRITE, wr.write_all(&line)).await, Ok(Ok(()))) {
                 break 'conn;
             }
@@ -269,7 +252,7 @@ async fn client(
     s: UnixStream,
     key: &str,
     budget: Option<usize>,
-    mut reports: watch::Receiver<Option<Report>>,
+    mut reports: watch::Receiver<Option<CopyReport>>,
     grants: &watch::Sender<Grant>,
     peak: &AtomicUsize,
 ) -> io::Result<()> {
@@ -292,7 +275,7 @@ async fn client(
                 }
                 // A heartbeat repeats the state, not the room: room counts
                 // once per interval, and the budget grows on fresh reports.
-                reports.borrow().map(|r| Report { room: false, ..r })
+                reports.borrow().map(|r| CopyReport { room: false, ..r })
             }
             r = rd.read(&mut buf) => {
                 let n = r?;
@@ -300,10 +283,11 @@ async fn client(
                 dec.feed(&buf[..n]);
                 while let Some(m) = dec.next() {
                     match m {
-                        Ok(Message::Grant { ceiling, copies, budget }) => {
+                        Ok(Message::Grant(g)) => {
                             heard = Instant::now();
+                            let Grant { ceiling, copies, .. } = g;
                             let copies = copies.max(1);
-                            let before = grants.send_replace(Grant { ceiling, copies, budget });
+                            let before = grants.send_replace(Grant { copies, ..g });
                             peak.fetch_max(copies, Ordering::Relaxed);
                             if before.copies != copies {
                                 tracing::info!(copies, ?ceiling, "host coordinator: copies on this path");
@@ -317,12 +301,12 @@ async fn client(
                 None
             }
         };
-        if let Some(Report { n, goodput, settled, room }) = report {
+        if let Some(r) = report {
             if !asked {
                 heard = Instant::now();
             }
             asked = true;
-            send(&mut wr, Message::Report { n, goodput, settled, room }).await?;
+            send(&mut wr, Message::Report(r)).await?;
         }
     }
 }
@@ -355,23 +339,23 @@ mod tests {
     async fn links_share_a_budget_and_survive_the_coordinator() {
         let dir = tempfile_dir();
         let a = HostLink::start(dir.clone(), "h:1".into());
-        a.report(Report { n: 8, goodput: 1000, settled: true, room: false });
+        a.report(CopyReport { n: 8, goodput: 1000, settled: true, room: false, left: None });
         let alone = |g: Grant| g.copies == 1 && g.ceiling.is_none();
         until("the first copy alone", || alone(a.grant()) && dir.join("coord.sock").exists()).await;
         // Let the coordinator take the first copy's report before the second joins.
         tokio::time::sleep(HEARTBEAT * 2).await;
         let b = HostLink::start(dir.clone(), "h:1".into());
-        b.report(Report { n: 4, goodput: 1000, settled: false, room: false });
+        b.report(CopyReport { n: 4, goodput: 1000, settled: false, room: false, left: None });
         until("two copies", || a.grant().copies == 2 && b.grant().copies == 2).await;
-        a.report(Report { n: 8, goodput: 1000, settled: true, room: false });
+        a.report(CopyReport { n: 8, goodput: 1000, settled: true, room: false, left: None });
         until("the split", || a.grant().ceiling == Some(4) && b.grant().ceiling == Some(4)).await;
         assert_eq!((a.peak_copies(), b.peak_copies()), (2, 2));
         drop(a);
         until("the second alone", || alone(b.grant())).await;
         // It serves now: a third copy finds it.
         let c = HostLink::start(dir.clone(), "h:1".into());
-        c.report(Report { n: 2, goodput: 1, settled: false, room: false });
-        b.report(Report { n: 4, goodput: 1, settled: false, room: false });
+        c.report(CopyReport { n: 2, goodput: 1, settled: false, room: false, left: None });
+        b.report(CopyReport { n: 4, goodput: 1, settled: false, room: false, left: None });
         until("two copies again", || c.grant().copies == 2).await;
         // The budget of 8 the first copy set carried over to the new
         // coordinator: split at once, with no leader tuning again.
@@ -379,8 +363,8 @@ mod tests {
             .await;
         assert_eq!(c.grant().budget, Some(8));
         // Both at their ceilings with room: the budget grows by a quarter.
-        b.report(Report { n: 4, goodput: 1, settled: true, room: true });
-        c.report(Report { n: 4, goodput: 1, settled: true, room: true });
+        b.report(CopyReport { n: 4, goodput: 1, settled: true, room: true, left: None });
+        c.report(CopyReport { n: 4, goodput: 1, settled: true, room: true, left: None });
         until("the budget grew", || b.grant().budget == Some(10) && c.grant().ceiling == Some(5)).await;
         let _ = std::fs::remove_dir_all(&dir);
     }

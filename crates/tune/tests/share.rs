@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use wanblk_tune::share::host::MemberId;
 use wanblk_tune::share::{
-    CopiesSeen, Governor, GovernorConfig, HostBudget, PathObservation, Restart, ShareMode, restart_after,
-    settled_point,
+    CopiesSeen, CopyReport, Governor, GovernorConfig, HostBudget, PathObservation, Restart, ShareMode,
+    restart_after, settled_point,
 };
 use wanblk_tune::{
     Controller, ControllerConfig, Counters, Decision, Parallelism, PoolCounters, PoolLimits, SessionCounters,
@@ -127,9 +127,9 @@ fn govern(
 }
 
 /// A copy's link to the host's budget in the simulation: the budget, the
-/// copy's id there, the ceiling applied to its controller and the copies
-/// it last saw on the path.
-type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>, &'a mut CopiesSeen);
+/// copy's id there, the ceiling applied to its controller, the copies
+/// it last saw on the path and the bytes it has left (if it says).
+type HostSeat<'a> = (&'a mut HostBudget, MemberId, &'a mut Option<usize>, &'a mut CopiesSeen, Option<u64>);
 
 /// [`govern`], and with `host` the copy reports to the host's budget as
 /// the driver does (room: [`Governor::room_under`]), the lower of the two
@@ -162,19 +162,32 @@ fn govern_on_host(
                 decision = ctl.set_ceiling(c).or(decision);
             }
         }
-        Some((budget, id, applied, copies_seen)) => {
+        Some((budget, id, applied, copies_seen, left)) => {
             let last = budget.grant(id);
             let room = governor.room_under(o.n, last.ceiling);
             let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
-            let grant = budget.report(id, n, o.goodput_bytes_per_s as u64, settled, room);
+            let goodput = o.goodput_bytes_per_s as u64;
+            let grant = budget.report(id, CopyReport { n, goodput, settled, room, left });
             if copies_seen.left(grant) {
                 governor.other_copy_left(o.t_s);
                 take_over = grant.share_after_leave(o.n);
+            }
+            if let Some(t) = grant.take.filter(|t| *t > o.n) {
+                governor.hand_over(o.n, t, o.t_s);
+                take_over = take_over.max(Some(t));
             }
             let ceiling = match (governor.ceiling(), grant.ceiling) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            if copies_seen.handed_over()
+                && take_over.is_none()
+                && let (Some(now), Some(before)) = (ceiling, *applied)
+                && now > before
+                && o.n >= before
+            {
+                take_over = Some(now);
+            }
             if ceiling != *applied {
                 *applied = ceiling;
                 decision = ctl.set_ceiling(ceiling).or(decision);
@@ -392,14 +405,28 @@ fn simulate_copies(
     seconds: f64,
     leave: Option<f64>,
 ) -> (Vec<Vec<usize>>, Vec<f64>, f64) {
-    let (ns, each, together, _) = simulate_copies_on(k, mode, seconds, leave, BDP / 9.0, None, 60.0);
+    let leave = leave.map_or(Leave::Never, Leave::FirstAt);
+    let (ns, each, together, ..) = simulate_copies_on(k, mode, seconds, leave, BDP / 9.0, None, 60.0);
     (ns, each, together)
 }
 
+/// When copies leave the simulated path.
+#[derive(Clone, Copy)]
+enum Leave {
+    /// None does.
+    Never,
+    /// The first copy, at this many seconds.
+    FirstAt(f64),
+    /// Each copy once it moved this many bytes (it tells the host's
+    /// budget the bytes it has left).
+    EachAfter(f64),
+}
+
 /// Copies on one simulated path: N per interval of each copy, each copy's
-/// goodput over the counted tail (bytes/s), their sum, and when each
-/// interval ended (seconds).
-type CopiesRun = (Vec<Vec<usize>>, Vec<f64>, f64, Vec<Vec<f64>>);
+/// goodput over the counted tail (bytes/s), their sum, when each
+/// interval ended (seconds), and when each copy ended (with
+/// [`Leave::EachAfter`]; seconds).
+type CopiesRun = (Vec<Vec<usize>>, Vec<f64>, f64, Vec<Vec<f64>>, Vec<Option<f64>>);
 
 /// [`simulate_copies`] with sessions whose windows are `window` bytes (a
 /// smaller window stands for the lower rate random loss leaves a cubic
@@ -410,7 +437,7 @@ fn simulate_copies_on(
     k: usize,
     mode: ShareMode,
     seconds: f64,
-    leave: Option<f64>,
+    leave: Leave,
     window: f64,
     host: Option<usize>,
     tail: f64,
@@ -439,6 +466,10 @@ fn simulate_copies_on(
         last: f64,
         /// With a host budget: the copy's id there, the ceiling applied.
         seat: Option<(MemberId, Option<usize>, CopiesSeen)>,
+        /// Bytes moved in all.
+        moved: f64,
+        /// When the copy ended (seconds), with [`Leave::EachAfter`].
+        ended: Option<f64>,
     }
     let mut copies: Vec<Copy> = (0..k)
         .map(|i| {
@@ -449,14 +480,15 @@ fn simulate_copies_on(
             let governor =
                 Governor::new(GovernorConfig { stagger_seed: 7 + i as u64, ..GovernorConfig::new(mode) });
             let seat = host.map(|b| (budget.join("path", Some(b)), None, CopiesSeen::default()));
-            Copy { ctl, governor, bytes, active, last: 0.0, seat }
+            Copy { ctl, governor, bytes, active, last: 0.0, seat, moved: 0.0, ended: None }
         })
         .collect();
     let mut now = t0;
     let end = t0 + Duration::from_secs_f64(seconds);
     let mut gone = None;
-    while now < end {
-        if let Some(at) = leave.filter(|_| gone.is_none())
+    while now < end && copies.iter().any(|c| c.ended.is_none()) {
+        if let Leave::FirstAt(at) = leave
+            && gone.is_none()
             && now >= t0 + Duration::from_secs_f64(at)
         {
             let c = copies.remove(0);
@@ -465,7 +497,20 @@ fn simulate_copies_on(
             }
             gone = Some(c);
         }
-        let next = copies.iter().map(|c| c.ctl.poll_timeout()).min().unwrap().max(now).min(end);
+        if let Leave::EachAfter(size) = leave {
+            for c in copies.iter_mut().filter(|c| c.ended.is_none() && c.moved >= size) {
+                c.ended = Some(now.duration_since(t0).as_secs_f64());
+                c.active = 0;
+                if let Some((id, _, _)) = c.seat {
+                    budget.leave(id);
+                }
+            }
+        }
+        let Some(next) = copies.iter().filter(|c| c.ended.is_none()).map(|c| c.ctl.poll_timeout()).min()
+        else {
+            break;
+        };
+        let next = next.max(now).min(end);
         let dt = next.saturating_duration_since(now).as_secs_f64();
         let counted =
             next.saturating_duration_since(now.max(end - Duration::from_secs_f64(tail))).as_secs_f64();
@@ -476,15 +521,20 @@ fn simulate_copies_on(
                 *b += (rate * dt) as u64;
             }
             c.last += rate * c.active as f64 * counted;
+            c.moved += rate * c.active as f64 * dt;
         }
         now = next;
         let (_, rtt) = path(copies.iter().map(|c| c.active).sum());
-        for c in copies.iter_mut() {
+        for c in copies.iter_mut().filter(|c| c.ended.is_none()) {
             let measured = c.ctl.samples().len();
             let seen = counters_with_window(c.active, &c.bytes, &NO_RETRANSMITS, rtt, window);
             let mut decision = c.ctl.on_timeout(now, &seen);
             if c.ctl.samples().len() > measured {
-                let seat = c.seat.as_mut().map(|(id, applied, seen)| (&mut budget, *id, applied, seen));
+                let left = match leave {
+                    Leave::EachAfter(size) => Some((size - c.moved).max(0.0) as u64),
+                    _ => None,
+                };
+                let seat = c.seat.as_mut().map(|(id, applied, seen)| (&mut budget, *id, applied, seen, left));
                 decision = govern_on_host(&mut c.ctl, &mut c.governor, rtt, decision, seat);
             }
             if let Some(d) = decision {
@@ -496,7 +546,8 @@ fn simulate_copies_on(
     let each: Vec<f64> = copies.iter().map(|c| c.last / tail).collect();
     let together = each.iter().sum();
     let times = copies.iter().map(|c| c.ctl.samples().iter().map(|s| s.t_s).collect()).collect();
-    (ns, each, together, times)
+    let ends = copies.iter().map(|c| c.ended).collect();
+    (ns, each, together, times, ends)
 }
 
 /// Two and four `fair` copies started together see each other's queue:
@@ -530,8 +581,8 @@ fn copies_together_do_not_escalate() {
 #[test]
 fn a_host_budget_taken_too_low_grows_until_the_path_is_full() {
     for k in [2, 4] {
-        let (ns, each, together, _) =
-            simulate_copies_on(k, ShareMode::Fair, 240.0, None, BDP / 25.0, Some(4), 60.0);
+        let (ns, each, together, ..) =
+            simulate_copies_on(k, ShareMode::Fair, 240.0, Leave::Never, BDP / 25.0, Some(4), 60.0);
         let late: Vec<usize> = ns.iter().map(|n| n[n.len() / 2..].iter().copied().max().unwrap()).collect();
         eprintln!(
             "{k} copies, host budget from 4: {:.0} Mbit/s together ({:?} each), late max N {late:?}",
@@ -571,8 +622,8 @@ fn when_a_copy_ends_the_others_fill_the_path_again() {
 fn when_a_copy_on_the_host_budget_ends_the_others_take_its_share_at_once() {
     for k in [2, 4] {
         // A budget of 10 where 9 fill the path.
-        let (ns, each, together, times) =
-            simulate_copies_on(k, ShareMode::Fair, 130.0, Some(120.0), BDP / 9.0, Some(10), 8.0);
+        let (ns, each, together, times, _) =
+            simulate_copies_on(k, ShareMode::Fair, 130.0, Leave::FirstAt(120.0), BDP / 9.0, Some(10), 8.0);
         // Each copy's N in the intervals that ended within 2 s of the
         // leave (four intervals of 5 RTTs; a second grant confirms the
         // leave): its share of the 10 by then.
@@ -609,8 +660,8 @@ fn when_a_copy_on_the_host_budget_ends_the_others_take_its_share_at_once() {
 fn copies_started_together_split_the_budget_once_the_first_search_passed_its_climb() {
     for k in [2, 4] {
         // Budget 0: none known; the first 12 s counted.
-        let (ns, each, together, times) =
-            simulate_copies_on(k, ShareMode::Fair, 12.0, None, BDP / 9.0, Some(0), 12.0);
+        let (ns, each, together, times, _) =
+            simulate_copies_on(k, ShareMode::Fair, 12.0, Leave::Never, BDP / 9.0, Some(0), 12.0);
         // When the held copies first ran more than one session again.
         let freed: Vec<Option<f64>> = ns[1..]
             .iter()
@@ -627,6 +678,55 @@ fn copies_started_together_split_the_budget_once_the_first_search_passed_its_cli
         assert!(
             freed.iter().all(|t| t.is_some_and(|t| t <= 8.0)),
             "{k} copies: held ones freed at {freed:?}; N {ns:?}"
+        );
+    }
+}
+
+/// Two copies of one size on a budget that does not split evenly (5, where
+/// the path is full at 5 with a small queue, so it does not grow): the
+/// session left over moves to the copy with more bytes left, and the two
+/// end together. Held by the copy that joined first, it gave the share
+/// bench's two 2 GiB copies 3 and 2 sessions for a whole copy (570 against
+/// 424 Mbit/s), and the second ran its last 10 s alone.
+#[test]
+fn copies_on_an_odd_budget_end_together() {
+    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    let (ns, _, _, _, ends) =
+        simulate_copies_on(2, ShareMode::Fair, 120.0, Leave::EachAfter(size), BDP / 4.5, Some(5), 60.0);
+    let ends: Vec<f64> = ends.iter().map(|e| e.expect("every copy ends")).collect();
+    let ideal = 2.0 * size / CAPACITY;
+    eprintln!("ends {ends:?} (both at the link's rate: {ideal:.1} s); N {ns:?}");
+    assert!((ends[0] - ends[1]).abs() <= 1.5, "copies ended {ends:?} apart; N per interval {ns:?}");
+    let late: Vec<usize> = ns.iter().map(|n| *n[n.len() / 2..].iter().max().unwrap()).collect();
+    assert!(late.iter().all(|n| *n == 3), "the left-over session moves: late max N {late:?}; N {ns:?}");
+}
+
+/// Two copies of one size whose own governors hold them under the host's
+/// budget, unevenly (each cuts on the queue the two make together; the
+/// path is full at 5 sessions with a small queue): the coordinator's turns
+/// move a session between them, and they end together. Without turns one
+/// copy ran 3 sessions and the other 2 (or 1) for the whole copy, on the
+/// share bench's path as here, and the second ran alone at the end.
+#[test]
+fn copies_held_unevenly_by_their_governors_end_together() {
+    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    for budget in [7, 9] {
+        let (ns, _, _, _, ends) = simulate_copies_on(
+            2,
+            ShareMode::Fair,
+            120.0,
+            Leave::EachAfter(size),
+            BDP / 4.5,
+            Some(budget),
+            60.0,
+        );
+        let ends: Vec<f64> = ends.iter().map(|e| e.expect("every copy ends")).collect();
+        eprintln!("budget {budget}: ends {ends:?}; N {ns:?}");
+        assert!((ends[0] - ends[1]).abs() <= 2.0, "budget {budget}: ends {ends:?}; N per interval {ns:?}");
+        let ideal = 2.0 * size / CAPACITY;
+        assert!(
+            ends[0].max(ends[1]) <= ideal * 1.1,
+            "budget {budget}: ends {ends:?}, {ideal:.1} s at the link's rate"
         );
     }
 }

@@ -570,6 +570,27 @@ impl Governor {
         Some(None)
     }
 
+    /// Another copy of this host on the same path gave up a session for
+    /// this one (the host coordinator's turns: the sessions the copies'
+    /// governors hold together stay as they are, and move between the
+    /// copies): at `n` sessions, the ceiling rises to `to` if it was
+    /// lower. Not a raise the queue could refute: the path carries as many
+    /// sessions as before. Returns the new ceiling if it changed.
+    pub fn hand_over(&mut self, n: usize, to: usize, t_s: f64) -> Option<Option<usize>> {
+        self.ceiling.filter(|c| *c < to)?;
+        self.ceiling = Some(to);
+        self.full = 0;
+        self.clean = 0;
+        self.changes.push(CeilingChange {
+            t_s,
+            n,
+            ceiling: Some(to),
+            queue_ms: 0.0,
+            base_rtt_ms: self.base_s.unwrap_or(0.0) * 1e3,
+        });
+        Some(Some(n))
+    }
+
     /// What each interval showed the governor, in order (at most
     /// [`READINGS_MAX`], the first ones).
     pub fn readings(&self) -> &[GovernorReading] {

@@ -12,9 +12,27 @@
 //!   only copy on that path (the tuner had converged); alone, a copy only
 //!   raises a budget the path already has.
 //! - Alone, a copy gets no ceiling (it tunes, and sets the budget).
-//! - With k copies and a known budget B, the copies (in the order they
-//!   joined) get ceilings B/k, the first B mod k of them one more, at
-//!   least 1 each: together about the N of one copy.
+//! - With k copies and a known budget B, the copies get ceilings B/k, at
+//!   least 1 each, and B mod k of them one more: together about the N of
+//!   one copy. The sessions left over go to the copies with the most bytes
+//!   left (in the order they joined when none says), and move to another
+//!   copy once it has [`HANDOVER_S`] of one session's bytes more left than
+//!   one that holds an extra session, so copies of one size end together.
+//!   Held for a whole copy, a budget of 5 gave two 2 GiB copies 3 and 2
+//!   sessions (570 against 424 Mbit/s on the share path), and the second
+//!   ran alone for its last 10 s, taking its share over a step at a time.
+//! - The copies' own governors often hold them under their grants, and
+//!   unevenly: each cuts on the queue the copies make together, and the
+//!   one that cut first stays lower (two 2 GiB copies on a budget of 8 ran
+//!   2 and 3 sessions for 10-20 s, and one ran alone at the end). Once
+//!   every copy has settled and together they run fewer sessions than the
+//!   budget, the coordinator takes turns: a copy with two sessions more
+//!   than another, or one more and fewer bytes left by the margin above,
+//!   is capped one session lower ([`Grant::ceiling`]) and the other is told
+//!   to take it ([`Grant::take`]) above its own governor's ceiling, both
+//!   at once, and the next turn waits until both did. The path carries as
+//!   many sessions as before, so the queue the governors held stays as it
+//!   was.
 //! - With k copies started together (no budget yet), the first copy (the
 //!   leader) tunes without a ceiling while the others are held at one
 //!   session; the leader's N once its search found where more sessions
@@ -52,11 +70,13 @@
 //! message, at most [`MAX_LINE`] bytes:
 //! - copy to coordinator: `hello 1 KEY [BUDGET]` (protocol version 1, the
 //!   path key, the budget last heard if any) then `report N GOODPUT
-//!   SETTLED [ROOM]` after every interval (active sessions, bytes per
-//!   second, 1 if the tuner has converged, 1 if the copy has room near its
-//!   ceiling; sent only when 1);
-//! - coordinator to copy: `grant CEILING COPIES [BUDGET]` (`-`: no
-//!   ceiling; the budget once there is one).
+//!   SETTLED [ROOM [LEFT]]` after every interval (active sessions, bytes per
+//!   second, 1 if the tuner has settled, 1 if the copy has room near its
+//!   ceiling, sent only when 1 or before LEFT; the bytes the copy has left,
+//!   when known);
+//! - coordinator to copy: `grant CEILING COPIES [BUDGET [TAKE]]` (`-`: no
+//!   ceiling; the budget once there is one; the sessions to take at once
+//!   when another copy gave one up for this one).
 //!
 //! The optional last fields keep lines of builds without them valid.
 //!
@@ -80,6 +100,16 @@ pub const MAX_KEY: usize = 256;
 /// The most a budget grows to by the copies' reports of room.
 pub const MAX_BUDGET: usize = 1024;
 
+/// A session left over by an even split of the budget moves to a copy that
+/// has more bytes left than one holding it by this many seconds of one
+/// session's goodput: about twice as long between moves, each move costing
+/// a session's ramp (a second at 100 ms).
+pub const HANDOVER_S: f64 = 3.0;
+
+/// The least margin of bytes left before a left-over session moves, when
+/// the copies' goodput is not known yet.
+const HANDOVER_MIN_BYTES: u64 = 16 << 20;
+
 /// One message of the host protocol.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
@@ -95,27 +125,30 @@ pub enum Message {
         budget: Option<usize>,
     },
     /// A copy's state after an interval.
-    Report {
-        /// Active sessions.
-        n: usize,
-        /// Goodput, bytes per second.
-        goodput: u64,
-        /// The tuner has converged (N is what this copy tunes to).
-        settled: bool,
-        /// The copy has run near its ceiling for a few intervals with no
-        /// standing queue: more sessions would fill idle capacity.
-        room: bool,
-    },
-    /// The coordinator's answer: the copy's ceiling on N and how many
-    /// copies share the path now.
-    Grant {
-        /// Ceiling on N (`None`: none).
-        ceiling: Option<usize>,
-        /// Copies on this path, this one included.
-        copies: usize,
-        /// The path's budget (`None`: none yet).
-        budget: Option<usize>,
-    },
+    Report(CopyReport),
+    /// The coordinator's answer: the copy's ceiling on N, how many copies
+    /// share the path now, the budget, and a session handed to this copy.
+    Grant(Grant),
+}
+
+/// One copy's state after an interval, as told to the coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CopyReport {
+    /// Active sessions.
+    pub n: usize,
+    /// Goodput, bytes per second.
+    pub goodput: u64,
+    /// The tuner has settled (N is what this copy tunes to:
+    /// [`settled_point`]).
+    pub settled: bool,
+    /// The copy has run near its ceiling for a few intervals with no
+    /// standing queue: more sessions would fill idle capacity
+    /// ([`Governor::room_under`](crate::share::Governor::room_under)).
+    pub room: bool,
+    /// Bytes the copy has left to move (`None`: unknown): the sessions an
+    /// even split of the budget leaves over go to the copies with the most
+    /// left.
+    pub left: Option<u64>,
 }
 
 /// What is wrong with a line a peer sent.
@@ -180,7 +213,7 @@ impl Message {
                 }
                 Ok(Message::Hello { version, key: (*key).to_string(), budget: budget(rest, "hello")? })
             }
-            ("report", [n, g, s, rest @ ..]) if rest.len() <= 1 => {
+            ("report", [n, g, s, rest @ ..]) if rest.len() <= 2 => {
                 let flag = |s: &str| match s {
                     "0" => Ok(false),
                     "1" => Ok(true),
@@ -188,18 +221,29 @@ impl Message {
                 };
                 let settled = flag(s)?;
                 let room = rest.first().map_or(Ok(false), |r| flag(r))?;
+                let left = match rest.get(1) {
+                    Some(l) => Some(num(l).ok_or(DecodeError::Malformed("report"))?),
+                    None => None,
+                };
                 match (small(n), num(g)) {
-                    (Some(n), Some(goodput)) => Ok(Message::Report { n, goodput, settled, room }),
+                    (Some(n), Some(goodput)) => {
+                        Ok(Message::Report(CopyReport { n, goodput, settled, room, left }))
+                    }
                     _ => Err(DecodeError::Malformed("report")),
                 }
             }
-            ("grant", [c, k, rest @ ..]) if rest.len() <= 1 => {
+            ("grant", [c, k, rest @ ..]) if rest.len() <= 2 => {
                 let ceiling = match *c {
                     "-" => None,
                     c => Some(small(c).ok_or(DecodeError::Malformed("grant"))?),
                 };
                 let copies = small(k).ok_or(DecodeError::Malformed("grant"))?;
-                Ok(Message::Grant { ceiling, copies, budget: budget(rest, "grant")? })
+                let budget = budget(&rest[..rest.len().min(1)], "grant")?;
+                let take = match rest.get(1) {
+                    Some(t) => Some(small(t).ok_or(DecodeError::Malformed("grant"))?),
+                    None => None,
+                };
+                Ok(Message::Grant(Grant { ceiling, copies, budget, take }))
             }
             ("hello" | "report" | "grant", _) => Err(DecodeError::Malformed(match name {
                 "hello" => "hello",
@@ -218,16 +262,25 @@ impl fmt::Display for Message {
                 write!(f, "hello {version} {key}")?;
                 budget.map_or(Ok(()), |b| write!(f, " {b}"))
             }
-            Message::Report { n, goodput, settled, room } => {
+            Message::Report(CopyReport { n, goodput, settled, room, left }) => {
                 write!(f, "report {n} {goodput} {}", u8::from(*settled))?;
-                if *room { write!(f, " 1") } else { Ok(()) }
+                match left {
+                    Some(l) => write!(f, " {} {l}", u8::from(*room)),
+                    None if *room => write!(f, " 1"),
+                    None => Ok(()),
+                }
             }
-            Message::Grant { ceiling, copies, budget } => {
+            Message::Grant(Grant { ceiling, copies, budget, take }) => {
                 match ceiling {
                     Some(c) => write!(f, "grant {c} {copies}")?,
                     None => write!(f, "grant - {copies}")?,
                 }
-                budget.map_or(Ok(()), |b| write!(f, " {b}"))
+                // A session handed over comes with a budget only.
+                match (budget, take) {
+                    (Some(b), Some(t)) => write!(f, " {b} {t}"),
+                    (Some(b), None) => write!(f, " {b}"),
+                    (None, _) => Ok(()),
+                }
             }
         }
     }
@@ -287,6 +340,16 @@ struct Member {
     goodput: u64,
     /// Room near its ceiling, reported since the budget last grew.
     room: bool,
+    /// Bytes left to move, if known.
+    left: Option<u64>,
+    /// Holds one of the sessions an even split leaves over.
+    extra: bool,
+    /// The tuner has settled.
+    settled: bool,
+    /// At most this many sessions: the copy gave one up in a turn.
+    cap: Option<usize>,
+    /// This many sessions to take at once: a turn gave one to it.
+    take: Option<usize>,
 }
 
 /// What the coordinator gives one copy.
@@ -298,11 +361,15 @@ pub struct Grant {
     pub copies: usize,
     /// The path's budget (`None`: none yet).
     pub budget: Option<usize>,
+    /// A session another copy gave up, for this one: it takes this many
+    /// sessions at once, above its own governor's ceiling (see
+    /// [`HostBudget`]'s turns). Sent only with a budget.
+    pub take: Option<usize>,
 }
 
 impl Grant {
     /// A copy alone on its path: no ceiling, no budget yet.
-    pub const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None };
+    pub const ALONE: Grant = Grant { ceiling: None, copies: 1, budget: None, take: None };
 
     /// The N a copy at `n` takes at once when this grant came after other
     /// copies left the path: its new share of the budget (the whole budget
@@ -359,16 +426,19 @@ pub fn restart_after(restart: Option<usize>, take_over: Option<usize>) -> Option
 }
 
 /// A copy's count of the copies on its path, from the grant it holds after
-/// each interval: tells when some of them left.
+/// each interval: tells when some of them left, and when the copy was
+/// handed a session left over by an even split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopiesSeen {
     seen: usize,
     fewer: bool,
+    last: Grant,
+    handed: bool,
 }
 
 impl Default for CopiesSeen {
     fn default() -> CopiesSeen {
-        CopiesSeen { seen: 1, fewer: false }
+        CopiesSeen { seen: 1, fewer: false, last: Grant::ALONE, handed: false }
     }
 }
 
@@ -380,6 +450,13 @@ impl CopiesSeen {
     /// there until the others rejoin; taking the whole budget on that
     /// would send one copy to every session of the path for an interval.
     pub fn left(&mut self, g: Grant) -> bool {
+        let last = std::mem::replace(&mut self.last, g);
+        // The same copies and budget, and a higher ceiling: a session
+        // left over by the even split moved to this copy.
+        self.handed = g.copies == last.copies
+            && g.budget.is_some()
+            && g.budget == last.budget
+            && matches!((g.ceiling, last.ceiling), (Some(now), Some(before)) if now > before);
         if g.copies >= self.seen {
             self.seen = g.copies;
             self.fewer = false;
@@ -392,6 +469,17 @@ impl CopiesSeen {
         self.seen = g.copies;
         self.fewer = false;
         true
+    }
+
+    /// Whether the grant [`left`](Self::left) last took handed this copy a
+    /// session another copy held (the split's left-over moved here): the
+    /// copy takes it at once, as it takes the share of copies that left
+    /// ([`Controller::take_over`](crate::Controller::take_over)). A raise
+    /// taken as a ceiling only is searched for first, and a search beside
+    /// the copy that just gave the session up often ends where it started
+    /// (a turn of the left-over every 20 reports did not turn the sessions).
+    pub fn handed_over(&self) -> bool {
+        self.handed
     }
 }
 
@@ -416,22 +504,40 @@ impl HostBudget {
     pub fn join(&mut self, key: &str, budget: Option<usize>) -> MemberId {
         self.next += 1;
         let id = MemberId(self.next);
-        self.members.insert(id, Member { key: key.to_string(), n: 0, goodput: 0, room: false });
+        self.members.insert(
+            id,
+            Member {
+                key: key.to_string(),
+                n: 0,
+                goodput: 0,
+                room: false,
+                left: None,
+                extra: false,
+                settled: false,
+                cap: None,
+                take: None,
+            },
+        );
         if let Some(b) = budget.filter(|b| *b > 0)
             && !self.budgets.contains_key(key)
         {
             self.budgets.insert(key.to_string(), b);
         }
+        self.end_turns(key);
+        self.place_left_over(key);
         id
     }
 
     /// A copy ended (or its connection did); forgets the path's budget
     /// with its last copy.
     pub fn leave(&mut self, id: MemberId) {
-        if let Some(m) = self.members.remove(&id)
-            && !self.members.values().any(|o| o.key == m.key)
-        {
-            self.budgets.remove(&m.key);
+        if let Some(m) = self.members.remove(&id) {
+            self.end_turns(&m.key);
+            if self.members.values().any(|o| o.key == m.key) {
+                self.place_left_over(&m.key);
+            } else {
+                self.budgets.remove(&m.key);
+            }
         }
     }
 
@@ -440,14 +546,15 @@ impl HostBudget {
         self.members.iter().filter(|(_, m)| m.key == key).map(|(id, _)| *id).collect()
     }
 
-    /// Takes a copy's report (`room`: it has run near its ceiling for a few
-    /// intervals with no standing queue); returns its grant (unknown ids
-    /// get none).
-    pub fn report(&mut self, id: MemberId, n: usize, goodput: u64, settled: bool, room: bool) -> Grant {
+    /// Takes a copy's report; returns its grant (unknown ids get none).
+    pub fn report(&mut self, id: MemberId, r: CopyReport) -> Grant {
+        let CopyReport { n, goodput, settled, room, left } = r;
         let Some(m) = self.members.get_mut(&id) else { return Grant::ALONE };
         m.n = n;
         m.goodput = goodput;
         m.room = room;
+        m.left = left;
+        m.settled = settled;
         let key = m.key.clone();
         let peers = self.peers(&key);
         // Alone, or the leader of copies started together: its converged N
@@ -479,7 +586,7 @@ impl HostBudget {
                 Some(&b) if peers.len() == 1 => b.max(total),
                 _ => total,
             };
-            self.budgets.insert(key.clone(), total);
+            self.set_budget(&key, total);
         }
         // Every copy near its ceiling with no queue: the path is not full
         // at this budget, so it grows (and waits for fresh reports).
@@ -487,14 +594,136 @@ impl HostBudget {
             && let Some(&b) = self.budgets.get(&key)
             && peers.iter().all(|p| self.members.get(p).is_some_and(|m| m.room))
         {
-            self.budgets.insert(key, (b + (b / 4).max(1)).min(MAX_BUDGET));
+            self.set_budget(&key, (b + (b / 4).max(1)).min(MAX_BUDGET));
             for p in &peers {
                 if let Some(m) = self.members.get_mut(p) {
                     m.room = false;
                 }
             }
         }
+        self.place_left_over(&key);
+        self.take_turns(&key);
         self.grant(id)
+    }
+
+    /// Sets `key`'s budget; a new one ends the turns of its copies.
+    fn set_budget(&mut self, key: &str, b: usize) {
+        if self.budgets.insert(key.to_string(), b) != Some(b) {
+            self.end_turns(key);
+        }
+    }
+
+    /// Ends the turns on `key`: no caps, no takes (the copies or the
+    /// budget changed).
+    fn end_turns(&mut self, key: &str) {
+        for m in self.members.values_mut().filter(|m| m.key == key) {
+            m.cap = None;
+            m.take = None;
+        }
+    }
+
+    /// The copies on `key` with their state, in the order they joined.
+    fn copies_on(&self, key: &str) -> Vec<(MemberId, Member)> {
+        self.members.iter().filter(|(_, m)| m.key == key).map(|(id, m)| (*id, m.clone())).collect()
+    }
+
+    /// How many more bytes left a copy must have than another before a
+    /// session moves to it: [`HANDOVER_S`] of one session's goodput.
+    fn handover_margin(copies: &[(MemberId, Member)]) -> u64 {
+        let (sessions, goodput) =
+            copies.iter().fold((0, 0u64), |(n, g), (_, m)| (n + m.n, g.saturating_add(m.goodput)));
+        let per_session = if sessions > 0 { goodput as f64 / sessions as f64 } else { 0.0 };
+        ((per_session * HANDOVER_S) as u64).max(HANDOVER_MIN_BYTES)
+    }
+
+    /// Moves sessions between the copies on `key` when their own
+    /// governors hold them under the budget together and unevenly (see
+    /// the module docs): one turn at a time, each done (the giver under
+    /// its cap, the taker at its new N) before the next.
+    fn take_turns(&mut self, key: &str) {
+        for m in self.members.values_mut().filter(|m| m.key == key) {
+            if m.take.is_some_and(|t| m.n >= t) {
+                m.take = None;
+            }
+        }
+        let copies = self.copies_on(key);
+        let k = copies.len();
+        let Some(&b) = self.budgets.get(key) else { return };
+        let busy = |m: &Member| m.take.is_some() || m.cap.is_some_and(|c| m.n > c);
+        if k < 2 || copies.iter().any(|(_, m)| busy(m) || !m.settled || m.n == 0) {
+            return;
+        }
+        let total: usize = copies.iter().map(|(_, m)| m.n).sum();
+        if total >= b {
+            // At the budget: its left-over moves by the grants.
+            return;
+        }
+        let left = |m: &Member| m.left.unwrap_or(0);
+        // The most sessions, the least left among them; the fewest, the
+        // most left among them.
+        let Some((giver, g)) = copies.iter().max_by_key(|(_, m)| (m.n, std::cmp::Reverse(left(m)))) else {
+            return;
+        };
+        let Some((taker, t)) = copies.iter().min_by_key(|(_, m)| (m.n, std::cmp::Reverse(left(m)))) else {
+            return;
+        };
+        let share = b / k + usize::from(t.extra);
+        let uneven = g.n >= t.n + 2
+            || (g.n == t.n + 1 && left(t) > left(g).saturating_add(Self::handover_margin(&copies)));
+        if !uneven || t.n + 1 > share {
+            return;
+        }
+        // Both at once: a giver that went first left the path a session
+        // short for an interval or two, and the taker's governor read the
+        // queue that went as the other traffic leaving (its ceiling lifted,
+        // its search climbed to 4 beside the giver's 2).
+        if let Some(m) = self.members.get_mut(giver) {
+            m.cap = Some(g.n - 1);
+        }
+        if let Some(m) = self.members.get_mut(taker) {
+            m.take = Some(t.n + 1);
+            m.cap = None;
+        }
+    }
+
+    /// Gives the sessions an even split of `key`'s budget leaves over to
+    /// the copies with the most bytes left (see the module docs).
+    fn place_left_over(&mut self, key: &str) {
+        let peers = self.peers(key);
+        let k = peers.len();
+        let over = match self.budgets.get(key) {
+            Some(&b) if k > 1 => b % k,
+            _ => 0,
+        };
+        let mut copies = self.copies_on(key);
+        let holders = copies.iter().filter(|(_, m)| m.extra).count();
+        let mut give = |id: MemberId, extra: bool| {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.extra = extra;
+            }
+        };
+        if holders != over {
+            // Placed anew: the most left first, in the order the copies
+            // joined among equals (a stable sort; unknown counts as none).
+            copies.sort_by_key(|(_, m)| std::cmp::Reverse(m.left.unwrap_or(0)));
+            for (i, (id, _)) in copies.iter().enumerate() {
+                give(*id, i < over);
+            }
+            return;
+        }
+        let margin = Self::handover_margin(&copies);
+        // Unknown counts as nothing left, as when placed anew.
+        let left = |extra: bool| {
+            copies.iter().filter(move |(_, m)| m.extra == extra).map(|(id, m)| (*id, m.left.unwrap_or(0)))
+        };
+        let least = left(true).min_by_key(|(_, l)| *l);
+        let most = left(false).max_by_key(|(_, l)| *l);
+        if let (Some((holder, held)), Some((other, more))) = (least, most)
+            && more > held.saturating_add(margin)
+        {
+            give(holder, false);
+            give(other, true);
+        }
     }
 
     /// The grant of copy `id` now.
@@ -507,12 +736,13 @@ impl HostBudget {
             None
         } else {
             match self.budgets.get(&m.key) {
-                Some(&b) => Some((b / k + usize::from(i < b % k)).max(1)),
+                Some(&b) => Some((b / k + usize::from(m.extra)).max(1).min(m.cap.unwrap_or(usize::MAX))),
                 None if i == 0 => None,
                 None => Some(1),
             }
         };
-        Grant { ceiling, copies: k, budget: self.budgets.get(&m.key).copied() }
+        let budget = self.budgets.get(&m.key).copied();
+        Grant { ceiling, copies: k, budget, take: m.take.filter(|_| budget.is_some()) }
     }
 
     /// The copies on every path now, with their last N and goodput (for
@@ -527,6 +757,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A report with nothing said of the bytes left.
+    fn rep(n: usize, goodput: u64, settled: bool, room: bool) -> CopyReport {
+        CopyReport { n, goodput, settled, room, left: None }
+    }
+
     fn decode_all(bytes: &[u8]) -> Vec<Result<Message, DecodeError>> {
         let mut d = Decoder::new();
         d.feed(bytes);
@@ -538,10 +773,13 @@ mod tests {
         for m in [
             Message::hello("nbd 10.0.0.2:10809", None),
             Message::hello("h:1", Some(9)),
-            Message::Report { n: 9, goodput: 123_456_789, settled: true, room: false },
-            Message::Report { n: 9, goodput: 1, settled: false, room: true },
-            Message::Grant { ceiling: Some(4), copies: 2, budget: Some(9) },
-            Message::Grant { ceiling: None, copies: 1, budget: None },
+            Message::Report(rep(9, 123_456_789, true, false)),
+            Message::Report(rep(9, 1, false, true)),
+            Message::Report(CopyReport { left: Some(0), ..rep(3, 1, true, false) }),
+            Message::Report(CopyReport { left: Some(u64::MAX), ..rep(3, 1, false, true) }),
+            Message::Grant(Grant { ceiling: Some(4), copies: 2, budget: Some(9), take: None }),
+            Message::Grant(Grant { ceiling: None, copies: 1, budget: None, take: None }),
+            Message::Grant(Grant { ceiling: Some(2), copies: 2, budget: Some(5), take: Some(3) }),
         ] {
             assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())], "{m}");
         }
@@ -553,7 +791,7 @@ mod tests {
         assert_eq!(
             decode_all(b"grant 3 2\nhello 1 h:1\n"),
             vec![
-                Ok(Message::Grant { ceiling: Some(3), copies: 2, budget: None }),
+                Ok(Message::Grant(Grant { ceiling: Some(3), copies: 2, budget: None, take: None })),
                 Ok(Message::Hello { version: 1, key: "h:1".into(), budget: None })
             ]
         );
@@ -565,14 +803,18 @@ mod tests {
         assert_eq!(decode_all(b"report 1 2\n"), vec![Err(DecodeError::Malformed("report"))]);
         assert_eq!(decode_all(b"report 1 2 7\n"), vec![Err(DecodeError::Malformed("report"))]);
         assert_eq!(decode_all(b"report 1 2 1 2\n"), vec![Err(DecodeError::Malformed("report"))]);
-        assert_eq!(decode_all(b"report 1 2 1 1 1\n"), vec![Err(DecodeError::Malformed("report"))]);
+        assert_eq!(decode_all(b"report 1 2 1 1 x\n"), vec![Err(DecodeError::Malformed("report"))]);
+        assert_eq!(decode_all(b"report 1 2 1 1 -1\n"), vec![Err(DecodeError::Malformed("report"))]);
+        assert_eq!(decode_all(b"report 1 2 1 1 1 1\n"), vec![Err(DecodeError::Malformed("report"))]);
         assert_eq!(
-            decode_all(b"report 1 2 1 0\n"),
-            vec![Ok(Message::Report { n: 1, goodput: 2, settled: true, room: false })]
+            decode_all(b"report 1 2 1 1 7\n"),
+            vec![Ok(Message::Report(CopyReport { left: Some(7), ..rep(1, 2, true, true) }))]
         );
+        assert_eq!(decode_all(b"report 1 2 1 0\n"), vec![Ok(Message::Report(rep(1, 2, true, false)))]);
         assert_eq!(decode_all(b"grant -1 2\n"), vec![Err(DecodeError::Malformed("grant"))]);
         assert_eq!(decode_all(b"grant 1 2 x\n"), vec![Err(DecodeError::Malformed("grant"))]);
-        assert_eq!(decode_all(b"grant 1 2 3 4\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(decode_all(b"grant 1 2 3 4 5\n"), vec![Err(DecodeError::Malformed("grant"))]);
+        assert_eq!(decode_all(b"grant 1 2 3 x\n"), vec![Err(DecodeError::Malformed("grant"))]);
         assert_eq!(decode_all(b"hello 1 k -\n"), vec![Err(DecodeError::Malformed("hello"))]);
         assert_eq!(
             decode_all(b"report 99999999999999999999999 2 1\n"),
@@ -584,27 +826,119 @@ mod tests {
     }
 
     #[test]
+    fn the_session_left_over_goes_to_the_copy_with_the_most_left() {
+        const MB: u64 = 1 << 20;
+        let mut h = HostBudget::new();
+        let a = h.join("p", Some(5));
+        let b = h.join("p", Some(5));
+        let at = |n, left| CopyReport { left: Some(left * MB), ..rep(n, 50 * MB, true, false) };
+        // Placed by bytes left; the order of joining among equals.
+        assert_eq!(h.report(b, at(2, 1000)).ceiling, Some(3));
+        assert_eq!(h.report(a, at(2, 1000)).ceiling, Some(2));
+        // Within the margin (3 s of one session's 20 MB/s), it stays.
+        assert_eq!(h.report(b, at(3, 950)).ceiling, Some(3));
+        assert_eq!(h.grant(a).ceiling, Some(2));
+        // Past it, it moves, and the grant says so to both.
+        assert_eq!(h.report(b, at(3, 930)).ceiling, Some(2));
+        assert_eq!(h.grant(a).ceiling, Some(3));
+        // A copy that does not say what it has left counts as having
+        // nothing left, and an even budget leaves nothing over.
+        let mut g = HostBudget::new();
+        let (c, d) = (g.join("q", Some(4)), g.join("q", Some(4)));
+        assert_eq!(g.report(c, at(2, 10)).ceiling, Some(2));
+        assert_eq!(g.report(d, rep(2, 50 * MB, true, false)).ceiling, Some(2));
+        let e = g.join("q", None);
+        assert_eq!(g.report(e, rep(1, 0, false, false)).ceiling, Some(1));
+        assert_eq!(g.grant(c).ceiling, Some(2), "4 over 3 copies: the one with bytes left holds the extra");
+        assert_eq!(g.grant(d).ceiling, Some(1));
+        g.leave(c);
+        assert_eq!(g.report(d, rep(2, 50 * MB, true, false)).ceiling, Some(2));
+        assert_eq!(g.grant(e).ceiling, Some(2));
+    }
+
+    #[test]
+    fn copies_held_unevenly_under_the_budget_take_turns() {
+        const MB: u64 = 1 << 20;
+        let mut h = HostBudget::new();
+        let (a, b) = (h.join("p", Some(8)), h.join("p", Some(8)));
+        let at = |n, left| CopyReport { left: Some(left * MB), ..rep(n, 50 * MB, true, false) };
+        // 3 + 2 under a budget of 8: the governors hold them. Within the
+        // margin (3 s of one session's 20 MB/s) nothing moves.
+        assert_eq!(
+            h.report(a, at(3, 1000)),
+            Grant { ceiling: Some(4), copies: 2, budget: Some(8), take: None }
+        );
+        assert_eq!(h.report(b, at(2, 1000)).take, None);
+        // Past it: the copy with more sessions and less left gives one up,
+        // and the other takes it, at once.
+        assert_eq!(h.report(a, at(3, 900)).ceiling, Some(2));
+        assert_eq!(h.grant(b), Grant { ceiling: Some(4), copies: 2, budget: Some(8), take: Some(3) });
+        // No other turn until both did.
+        assert_eq!(
+            h.report(b, at(3, 990)),
+            Grant { ceiling: Some(4), copies: 2, budget: Some(8), take: None }
+        );
+        assert_eq!(h.report(a, at(2, 890)).ceiling, Some(2), "the giver stays capped");
+        // Two sessions apart: a turn whatever is left; the capped copy
+        // takes, and its cap goes.
+        assert_eq!(h.report(b, at(4, 970)).ceiling, Some(3));
+        assert_eq!(h.grant(a), Grant { ceiling: Some(4), copies: 2, budget: Some(8), take: Some(3) });
+        // Searching copies, or the budget full: no turns.
+        let mut g = HostBudget::new();
+        let (c, d) = (g.join("q", Some(5)), g.join("q", Some(5)));
+        g.report(c, at(3, 10));
+        assert_eq!(g.report(d, CopyReport { settled: false, ..at(1, 1000) }).take, None);
+        assert_eq!(g.report(c, at(3, 10)).ceiling, Some(2), "the left-over went to the copy with more left");
+        assert_eq!(g.report(d, at(2, 1000)).take, None, "at the budget the left-over moves instead");
+        assert_eq!(g.grant(d).ceiling, Some(3));
+        // A copy that leaves ends the turns: caps go.
+        let mut e = HostBudget::new();
+        let ids: Vec<_> = (0..3).map(|_| e.join("r", Some(9))).collect();
+        e.report(ids[0], at(3, 10));
+        e.report(ids[1], at(1, 10));
+        assert_eq!(e.report(ids[2], at(1, 10)).ceiling, Some(3));
+        assert_eq!(e.grant(ids[0]).ceiling, Some(2));
+        e.leave(ids[2]);
+        assert_eq!(e.grant(ids[0]).ceiling, Some(5));
+    }
+
+    #[test]
     fn alone_a_copy_tunes_and_sets_the_budget() {
         let mut h = HostBudget::new();
         let a = h.join("p", None);
-        assert_eq!(h.report(a, 4, 0, false, false), Grant { ceiling: None, copies: 1, budget: None });
-        assert_eq!(h.report(a, 9, 0, true, false), Grant { ceiling: None, copies: 1, budget: Some(9) });
+        assert_eq!(
+            h.report(a, rep(4, 0, false, false)),
+            Grant { ceiling: None, copies: 1, budget: None, take: None }
+        );
+        assert_eq!(
+            h.report(a, rep(9, 0, true, false)),
+            Grant { ceiling: None, copies: 1, budget: Some(9), take: None }
+        );
         let b = h.join("p", None);
-        assert_eq!(h.grant(a), Grant { ceiling: Some(5), copies: 2, budget: Some(9) });
-        assert_eq!(h.report(b, 4, 0, false, false), Grant { ceiling: Some(4), copies: 2, budget: Some(9) });
+        assert_eq!(h.grant(a), Grant { ceiling: Some(5), copies: 2, budget: Some(9), take: None });
+        assert_eq!(
+            h.report(b, rep(4, 0, false, false)),
+            Grant { ceiling: Some(4), copies: 2, budget: Some(9), take: None }
+        );
         // Held at their ceilings the copies do not move the budget.
-        assert_eq!(h.report(a, 5, 0, true, false), Grant { ceiling: Some(5), copies: 2, budget: Some(9) });
-        assert_eq!(h.report(b, 4, 0, true, false), Grant { ceiling: Some(4), copies: 2, budget: Some(9) });
+        assert_eq!(
+            h.report(a, rep(5, 0, true, false)),
+            Grant { ceiling: Some(5), copies: 2, budget: Some(9), take: None }
+        );
+        assert_eq!(
+            h.report(b, rep(4, 0, true, false)),
+            Grant { ceiling: Some(4), copies: 2, budget: Some(9), take: None }
+        );
         let other = h.join("q", None);
         assert_eq!(
             h.grant(other),
-            Grant { ceiling: None, copies: 1, budget: None },
+            Grant { ceiling: None, copies: 1, budget: None, take: None },
             "another path is not shared"
         );
         h.leave(a);
         assert_eq!(
             h.grant(b),
-            Grant { ceiling: None, copies: 1, budget: Some(9) },
+            Grant { ceiling: None, copies: 1, budget: Some(9), take: None },
             "alone again: tunes again"
         );
         h.leave(b);
@@ -633,7 +967,10 @@ mod tests {
         // session it was held to: the budget it brought stands.
         let mut h = HostBudget::new();
         let first = h.join("p", Some(10));
-        assert_eq!(h.report(first, 1, 0, true, false), Grant { ceiling: None, copies: 1, budget: Some(10) });
+        assert_eq!(
+            h.report(first, rep(1, 0, true, false)),
+            Grant { ceiling: None, copies: 1, budget: Some(10), take: None }
+        );
         let others: Vec<MemberId> = (0..2).map(|_| h.join("p", Some(10))).collect();
         let ceilings: Vec<Option<usize>> =
             std::iter::once(first).chain(others).map(|id| h.grant(id).ceiling).collect();
@@ -649,21 +986,21 @@ mod tests {
     fn copies_started_together_follow_the_leader() {
         let mut h = HostBudget::new();
         let ids: Vec<MemberId> = (0..4).map(|_| h.join("p", None)).collect();
-        assert_eq!(h.report(ids[0], 4, 0, false, false).ceiling, None);
+        assert_eq!(h.report(ids[0], rep(4, 0, false, false)).ceiling, None);
         for &id in &ids[1..] {
-            assert_eq!(h.report(id, 4, 0, false, false).ceiling, Some(1));
+            assert_eq!(h.report(id, rep(4, 0, false, false)).ceiling, Some(1));
         }
         // Held at one session each while the leader tunes beside them.
         for &id in &ids[1..] {
-            assert_eq!(h.report(id, 1, 0, false, false).ceiling, Some(1));
+            assert_eq!(h.report(id, rep(1, 0, false, false)).ceiling, Some(1));
         }
         // The leader settles at 7 with the three others' sessions on the
         // path too: the budget is the 10 sessions that filled it.
-        assert_eq!(h.report(ids[0], 7, 0, true, false).ceiling, Some(3));
+        assert_eq!(h.report(ids[0], rep(7, 0, true, false)).ceiling, Some(3));
         let ceilings: Vec<usize> = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).collect();
         assert_eq!(ceilings, vec![3, 3, 2, 2]);
         // A follower's settled N never sets the budget.
-        h.report(ids[3], 2, 0, true, false);
+        h.report(ids[3], rep(2, 0, true, false));
         assert_eq!(h.grant(ids[0]).ceiling, Some(3));
         // The leader is done first: the others share the whole budget.
         h.leave(ids[0]);
@@ -686,8 +1023,8 @@ mod tests {
         // A follower not yet back since it was held counts at one session.
         let mut g = HostBudget::new();
         let (lead, late) = (g.join("p", None), g.join("p", None));
-        g.report(late, 6, 0, false, false);
-        assert_eq!(g.report(lead, 5, 0, true, false).budget, Some(6));
+        g.report(late, rep(6, 0, false, false));
+        assert_eq!(g.report(lead, rep(5, 0, true, false)).budget, Some(6));
     }
 
     #[test]
@@ -696,27 +1033,33 @@ mod tests {
         // split 5 + 4, where the path (random loss) holds far more.
         let mut h = HostBudget::new();
         let (a, b) = (h.join("p", None), h.join("p", None));
-        h.report(b, 1, 0, false, false);
-        assert_eq!(h.report(a, 8, 0, true, false).ceiling, Some(5));
+        h.report(b, rep(1, 0, false, false));
+        assert_eq!(h.report(a, rep(8, 0, true, false)).ceiling, Some(5));
         assert_eq!(h.grant(b).ceiling, Some(4));
         // One copy with room is not enough: the other may be full.
-        assert_eq!(h.report(a, 5, 0, true, true).ceiling, Some(5));
-        assert_eq!(h.report(b, 4, 0, true, false).budget, Some(9));
+        assert_eq!(h.report(a, rep(5, 0, true, true)).ceiling, Some(5));
+        assert_eq!(h.report(b, rep(4, 0, true, false)).budget, Some(9));
         // Both: a quarter more.
-        assert_eq!(h.report(b, 4, 0, true, true), Grant { ceiling: Some(5), copies: 2, budget: Some(11) });
+        assert_eq!(
+            h.report(b, rep(4, 0, true, true)),
+            Grant { ceiling: Some(5), copies: 2, budget: Some(11), take: None }
+        );
         assert_eq!(h.grant(a).ceiling, Some(6));
         // The flags went with the raise: the next step waits for both again.
-        assert_eq!(h.report(a, 6, 0, true, true).budget, Some(11));
-        assert_eq!(h.report(b, 5, 0, true, true).budget, Some(13));
+        assert_eq!(h.report(a, rep(6, 0, true, true)).budget, Some(11));
+        assert_eq!(h.report(b, rep(5, 0, true, true)).budget, Some(13));
         // A small budget grows by one session at least.
         let mut h = HostBudget::new();
         let first = h.join("p", Some(2));
         let second = h.join("p", Some(2));
-        h.report(first, 1, 0, true, true);
-        assert_eq!(h.report(second, 1, 0, true, true).budget, Some(3));
+        h.report(first, rep(1, 0, true, true));
+        assert_eq!(h.report(second, rep(1, 0, true, true)).budget, Some(3));
         // Alone, room is nobody's ceiling: the copy tunes.
         h.leave(second);
-        assert_eq!(h.report(first, 3, 0, true, true), Grant { ceiling: None, copies: 1, budget: Some(3) });
+        assert_eq!(
+            h.report(first, rep(3, 0, true, true)),
+            Grant { ceiling: None, copies: 1, budget: Some(3), take: None }
+        );
     }
 
     #[test]
@@ -730,7 +1073,7 @@ mod tests {
 
     #[test]
     fn a_copy_counts_copies_left_on_the_second_grant_that_says_so() {
-        let g = |copies| Grant { ceiling: None, copies, budget: Some(8) };
+        let g = |copies| Grant { ceiling: None, copies, budget: Some(8), take: None };
         let mut seen = CopiesSeen::default();
         assert!(!seen.left(g(4)));
         // The coordinator went: alone for a moment, then three again.
@@ -762,8 +1105,8 @@ mod tests {
         }
 
         #[test]
-        fn reports_round_trip(n in 0usize..(1 << 20), goodput: u64, settled: bool, room: bool, c in proptest::option::of(0usize..1000), k in 0usize..1000, b in proptest::option::of(0usize..1000)) {
-            for m in [Message::Report { n, goodput, settled, room }, Message::Grant { ceiling: c, copies: k, budget: b }, Message::hello("h:1", b)] {
+        fn reports_round_trip(n in 0usize..(1 << 20), goodput: u64, settled: bool, room: bool, left: Option<u64>, t in proptest::option::of(0usize..1000), c in proptest::option::of(0usize..1000), k in 0usize..1000, b in proptest::option::of(0usize..1000)) {
+            for m in [Message::Report(CopyReport { n, goodput, settled, room, left }), Message::Grant(Grant { ceiling: c, copies: k, budget: b, take: b.and(t) }), Message::hello("h:1", b)] {
                 prop_assert_eq!(decode_all(&m.encode()), vec![Ok(m.clone())]);
             }
         }
@@ -772,7 +1115,7 @@ mod tests {
         fn the_split_stays_near_one_budget(budget in 1usize..64, k in 2usize..9) {
             let mut h = HostBudget::new();
             let first = h.join("p", None);
-            h.report(first, budget, 0, true, false);
+            h.report(first, rep(budget, 0, true, false));
             let ids: Vec<MemberId> = std::iter::once(first).chain((1..k).map(|_| h.join("p", None))).collect();
             let total: usize = ids.iter().map(|id| h.grant(*id).ceiling.unwrap()).sum();
             prop_assert_eq!(total, budget.max(k));

@@ -30,7 +30,7 @@ pub mod pacing;
 pub mod window;
 
 pub use governor::{CeilingChange, Governor, GovernorConfig, GovernorReading, PathObservation, ShareMode};
-pub use host::{CopiesSeen, Grant, HostBudget, Restart, restart_after, settled_point};
+pub use host::{CopiesSeen, CopyReport, Grant, HostBudget, Restart, restart_after, settled_point};
 pub use meter::{SessionMeter, SessionReport, SessionRow, SessionSample, ShareReport, median, render_table};
 pub use pacing::EnsemblePacer;
 pub use window::WindowSplitter;
