@@ -32,7 +32,9 @@
 //!   to take it ([`Grant::take`]) above its own governor's ceiling, both
 //!   at once, and the next turn waits until both did. The path carries as
 //!   many sessions as before, so the queue the governors held stays as it
-//!   was.
+//!   was. A `take` the copy has not carried out after [`TAKE_REPORTS`]
+//!   reports (its own limit on sessions) ends the turns on the path, and
+//!   no turn gives that copy more than it took again.
 //! - With k copies started together (no budget yet), the first copy (the
 //!   leader) tunes without a ceiling while the others are held at one
 //!   session; the leader's N once its search found where more sessions
@@ -109,6 +111,10 @@ pub const HANDOVER_S: f64 = 3.0;
 /// The least margin of bytes left before a left-over session moves, when
 /// the copies' goodput is not known yet.
 const HANDOVER_MIN_BYTES: u64 = 16 << 20;
+
+/// Reports a copy granted a `take` may send without carrying it out before
+/// the turns on its path end (caps and takes dropped).
+pub const TAKE_REPORTS: usize = 4;
 
 /// One message of the host protocol.
 #[derive(Debug, Clone, PartialEq)]
@@ -350,6 +356,11 @@ struct Member {
     cap: Option<usize>,
     /// This many sessions to take at once: a turn gave one to it.
     take: Option<usize>,
+    /// Reports since `take` was granted without the copy there.
+    take_waits: usize,
+    /// The most sessions the copy was seen to take: it let a `take` above
+    /// this lapse (its own limit), and no turn gives it more again.
+    most: Option<usize>,
 }
 
 /// What the coordinator gives one copy.
@@ -516,6 +527,8 @@ impl HostBudget {
                 settled: false,
                 cap: None,
                 take: None,
+                take_waits: 0,
+                most: None,
             },
         );
         if let Some(b) = budget.filter(|b| *b > 0)
@@ -556,6 +569,25 @@ impl HostBudget {
         m.left = left;
         m.settled = settled;
         let key = m.key.clone();
+        // A take the copy does not carry out (its own limit on sessions is
+        // below it) would hold its turn, and the giver's cap, for good.
+        if m.most.is_some_and(|most| n > most) {
+            m.most = None;
+        }
+        let stuck = match m.take {
+            Some(t) if n < t => {
+                m.take_waits += 1;
+                m.take_waits > TAKE_REPORTS
+            }
+            _ => {
+                m.take_waits = 0;
+                false
+            }
+        };
+        if stuck {
+            m.most = Some(n);
+            self.end_turns(&key);
+        }
         let peers = self.peers(&key);
         // Alone, or the leader of copies started together: its converged N
         // is what one copy needs.
@@ -619,6 +651,7 @@ impl HostBudget {
         for m in self.members.values_mut().filter(|m| m.key == key) {
             m.cap = None;
             m.take = None;
+            m.take_waits = 0;
         }
     }
 
@@ -670,7 +703,7 @@ impl HostBudget {
         let share = b / k + usize::from(t.extra);
         let uneven = g.n >= t.n + 2
             || (g.n == t.n + 1 && left(t) > left(g).saturating_add(Self::handover_margin(&copies)));
-        if !uneven || t.n + 1 > share {
+        if !uneven || t.n + 1 > share.min(t.most.unwrap_or(usize::MAX)) {
             return;
         }
         // Both at once: a giver that went first left the path a session
@@ -900,6 +933,18 @@ mod tests {
         assert_eq!(e.grant(ids[0]).ceiling, Some(2));
         e.leave(ids[2]);
         assert_eq!(e.grant(ids[0]).ceiling, Some(5));
+        // A take the copy does not carry out ends the turns after a few
+        // reports: the giver's cap goes with it.
+        let mut f = HostBudget::new();
+        let (x, y) = (f.join("s", Some(8)), f.join("s", Some(8)));
+        f.report(x, at(1, 10));
+        assert_eq!(f.report(y, at(3, 10)).ceiling, Some(2));
+        for _ in 0..TAKE_REPORTS {
+            assert_eq!(f.report(x, at(1, 10)).take, Some(2));
+        }
+        assert_eq!(f.report(x, at(1, 10)).take, None, "and no turn gives it more again");
+        assert_eq!(f.grant(y).ceiling, Some(4));
+        assert_eq!(f.report(y, at(3, 10)).ceiling, Some(4));
     }
 
     #[test]
