@@ -185,7 +185,7 @@ pub(crate) async fn run(
                 && take_over.is_none()
                 && let (Some(now), Some(before)) = (ceiling, applied)
                 && now > before
-                && o.n >= before
+                && o.n * 4 >= before * 3
             {
                 tracing::info!(n0 = now, "share: a left-over session of the budget handed to this copy");
                 take_over = Some(now);

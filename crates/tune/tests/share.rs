@@ -184,7 +184,7 @@ fn govern_on_host(
                 && take_over.is_none()
                 && let (Some(now), Some(before)) = (ceiling, *applied)
                 && now > before
-                && o.n >= before
+                && o.n * 4 >= before * 3
             {
                 take_over = Some(now);
             }
@@ -729,4 +729,21 @@ fn copies_held_unevenly_by_their_governors_end_together() {
             "budget {budget}: ends {ends:?}, {ideal:.1} s at the link's rate"
         );
     }
+}
+
+/// Copies on a path where each session carries little (random loss: 25
+/// sessions fill it) from a budget of 4: every raise of the budget, and the
+/// first split of one, is taken at once by copies near their grants. Taken
+/// as a ceiling only, each step waited for every copy's search under it
+/// (2 GiB each: both done at 42.9 s, against 40.9 s; the link moves both in
+/// 34.4 s). On the emulated 0.01 % loss path, six runs each: the last copy
+/// done at a median of 43.0 s against 49.2.
+#[test]
+fn copies_take_a_grown_budget_at_once() {
+    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    let (ns, _, _, _, ends) =
+        simulate_copies_on(2, ShareMode::Fair, 240.0, Leave::EachAfter(size), BDP / 25.0, Some(4), 60.0);
+    let last = ends.iter().map(|e| e.expect("every copy ends")).fold(0.0, f64::max);
+    eprintln!("ends {ends:?}; N {ns:?}");
+    assert!(last <= 41.9, "last copy done at {last:.1} s; N per interval {ns:?}");
 }

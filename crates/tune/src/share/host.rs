@@ -462,11 +462,10 @@ impl CopiesSeen {
     /// would send one copy to every session of the path for an interval.
     pub fn left(&mut self, g: Grant) -> bool {
         let last = std::mem::replace(&mut self.last, g);
-        // The same copies and budget, and a higher ceiling: a session
-        // left over by the even split moved to this copy.
+        // The same copies and a higher ceiling: a session left over by
+        // the even split moved to this copy, or the budget was set or grew.
         self.handed = g.copies == last.copies
             && g.budget.is_some()
-            && g.budget == last.budget
             && matches!((g.ceiling, last.ceiling), (Some(now), Some(before)) if now > before);
         if g.copies >= self.seen {
             self.seen = g.copies;
@@ -482,9 +481,10 @@ impl CopiesSeen {
         true
     }
 
-    /// Whether the grant [`left`](Self::left) last took handed this copy a
-    /// session another copy held (the split's left-over moved here): the
-    /// copy takes it at once, as it takes the share of copies that left
+    /// Whether the grant [`left`](Self::left) last took raised this copy's
+    /// ceiling with the same copies on the path (the split's left-over moved
+    /// here, or the budget was set or grew): the copy takes it at once, as
+    /// it takes the share of copies that left
     /// ([`Controller::take_over`](crate::Controller::take_over)). A raise
     /// taken as a ceiling only is searched for first, and a search beside
     /// the copy that just gave the session up often ends where it started
