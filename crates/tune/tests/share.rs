@@ -682,6 +682,25 @@ fn copies_started_together_split_the_budget_once_the_first_search_passed_its_cli
     }
 }
 
+/// The size each copy moves in the simulations of copies that end.
+const COPY_SIZE: f64 = 2.0 * 1024.0 * 1024.0 * 1024.0;
+
+/// Two copies of [`COPY_SIZE`] on the host's budget `budget` with sessions
+/// of `window` bytes, started together: N per interval of each, and when
+/// each ended (seconds).
+fn two_copies_to_the_end(window: f64, budget: usize) -> (Vec<Vec<usize>>, Vec<f64>) {
+    let (ns, _, _, _, ends) = simulate_copies_on(
+        2,
+        ShareMode::Fair,
+        240.0,
+        Leave::EachAfter(COPY_SIZE),
+        window,
+        Some(budget),
+        60.0,
+    );
+    (ns, ends.iter().map(|e| e.expect("every copy ends")).collect())
+}
+
 /// Two copies of one size on a budget that does not split evenly (5, where
 /// the path is full at 5 with a small queue, so it does not grow): the
 /// session left over moves to the copy with more bytes left, and the two
@@ -690,11 +709,8 @@ fn copies_started_together_split_the_budget_once_the_first_search_passed_its_cli
 /// 424 Mbit/s), and the second ran its last 10 s alone.
 #[test]
 fn copies_on_an_odd_budget_end_together() {
-    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
-    let (ns, _, _, _, ends) =
-        simulate_copies_on(2, ShareMode::Fair, 120.0, Leave::EachAfter(size), BDP / 4.5, Some(5), 60.0);
-    let ends: Vec<f64> = ends.iter().map(|e| e.expect("every copy ends")).collect();
-    let ideal = 2.0 * size / CAPACITY;
+    let (ns, ends) = two_copies_to_the_end(BDP / 4.5, 5);
+    let ideal = 2.0 * COPY_SIZE / CAPACITY;
     eprintln!("ends {ends:?} (both at the link's rate: {ideal:.1} s); N {ns:?}");
     assert!((ends[0] - ends[1]).abs() <= 1.5, "copies ended {ends:?} apart; N per interval {ns:?}");
     let late: Vec<usize> = ns.iter().map(|n| *n[n.len() / 2..].iter().max().unwrap()).collect();
@@ -709,21 +725,11 @@ fn copies_on_an_odd_budget_end_together() {
 /// share bench's path as here, and the second ran alone at the end.
 #[test]
 fn copies_held_unevenly_by_their_governors_end_together() {
-    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
     for budget in [7, 9] {
-        let (ns, _, _, _, ends) = simulate_copies_on(
-            2,
-            ShareMode::Fair,
-            120.0,
-            Leave::EachAfter(size),
-            BDP / 4.5,
-            Some(budget),
-            60.0,
-        );
-        let ends: Vec<f64> = ends.iter().map(|e| e.expect("every copy ends")).collect();
+        let (ns, ends) = two_copies_to_the_end(BDP / 4.5, budget);
         eprintln!("budget {budget}: ends {ends:?}; N {ns:?}");
         assert!((ends[0] - ends[1]).abs() <= 2.0, "budget {budget}: ends {ends:?}; N per interval {ns:?}");
-        let ideal = 2.0 * size / CAPACITY;
+        let ideal = 2.0 * COPY_SIZE / CAPACITY;
         assert!(
             ends[0].max(ends[1]) <= ideal * 1.1,
             "budget {budget}: ends {ends:?}, {ideal:.1} s at the link's rate"
@@ -740,10 +746,8 @@ fn copies_held_unevenly_by_their_governors_end_together() {
 /// done at a median of 43.0 s against 49.2.
 #[test]
 fn copies_take_a_grown_budget_at_once() {
-    let size = 2.0 * 1024.0 * 1024.0 * 1024.0;
-    let (ns, _, _, _, ends) =
-        simulate_copies_on(2, ShareMode::Fair, 240.0, Leave::EachAfter(size), BDP / 25.0, Some(4), 60.0);
-    let last = ends.iter().map(|e| e.expect("every copy ends")).fold(0.0, f64::max);
+    let (ns, ends) = two_copies_to_the_end(BDP / 25.0, 4);
+    let last = ends.iter().copied().fold(0.0, f64::max);
     eprintln!("ends {ends:?}; N {ns:?}");
     assert!(last <= 41.9, "last copy done at {last:.1} s; N per interval {ns:?}");
 }
