@@ -180,12 +180,8 @@ pub(crate) async fn run(
                     pool.set_window_clamp(clamp);
                 }
             }
-            if grant.is_some()
-                && copies_seen.handed_over()
-                && take_over.is_none()
-                && let (Some(now), Some(before)) = (ceiling, applied)
-                && now > before
-                && o.n * 4 >= before * 3
+            if take_over.is_none()
+                && let Some(now) = copies_seen.take_at_once(o.n, ceiling, applied)
             {
                 tracing::info!(n0 = now, "share: a left-over session of the budget handed to this copy");
                 take_over = Some(now);

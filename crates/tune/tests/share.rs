@@ -180,11 +180,8 @@ fn govern_on_host(
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            if copies_seen.handed_over()
-                && take_over.is_none()
-                && let (Some(now), Some(before)) = (ceiling, *applied)
-                && now > before
-                && o.n * 4 >= before * 3
+            if take_over.is_none()
+                && let Some(now) = copies_seen.take_at_once(o.n, ceiling, *applied)
             {
                 take_over = Some(now);
             }

@@ -588,7 +588,7 @@ impl Governor {
             queue_ms: 0.0,
             base_rtt_ms: self.base_s.unwrap_or(0.0) * 1e3,
         });
-        Some(Some(n))
+        Some(Some(to))
     }
 
     /// What each interval showed the governor, in order (at most

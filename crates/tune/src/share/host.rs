@@ -481,16 +481,21 @@ impl CopiesSeen {
         true
     }
 
-    /// Whether the grant [`left`](Self::left) last took raised this copy's
-    /// ceiling with the same copies on the path (the split's left-over moved
-    /// here, or the budget was set or grew): the copy takes it at once, as
-    /// it takes the share of copies that left
+    /// The N a copy at `n` takes at once when the grant [`left`](Self::left)
+    /// last took raised its ceiling with the same copies on the path (the
+    /// split's left-over moved here, or the budget was set or grew), and
+    /// the ceiling it runs under rose from `applied` to `ceiling` with it,
+    /// while it ran within a quarter of the old one. It moves there as it
+    /// takes the share of copies that left
     /// ([`Controller::take_over`](crate::Controller::take_over)). A raise
     /// taken as a ceiling only is searched for first, and a search beside
     /// the copy that just gave the session up often ends where it started
     /// (a turn of the left-over every 20 reports did not turn the sessions).
-    pub fn handed_over(&self) -> bool {
-        self.handed
+    pub fn take_at_once(&self, n: usize, ceiling: Option<usize>, applied: Option<usize>) -> Option<usize> {
+        match (ceiling, applied) {
+            (Some(now), Some(before)) if self.handed && now > before && n * 4 >= before * 3 => Some(now),
+            _ => None,
+        }
     }
 }
 
@@ -660,6 +665,12 @@ impl HostBudget {
         self.members.iter().filter(|(_, m)| m.key == key).map(|(id, m)| (*id, m.clone())).collect()
     }
 
+    /// Copy `m`'s share of a budget `b` split between `k` copies: an even
+    /// part, one more if it holds a left-over session, at least one.
+    fn share_of(b: usize, k: usize, m: &Member) -> usize {
+        (b / k + usize::from(m.extra)).max(1)
+    }
+
     /// How many more bytes left a copy must have than another before a
     /// session moves to it: [`HANDOVER_S`] of one session's goodput.
     fn handover_margin(copies: &[(MemberId, Member)]) -> u64 {
@@ -700,7 +711,7 @@ impl HostBudget {
         let Some((taker, t)) = copies.iter().min_by_key(|(_, m)| (m.n, std::cmp::Reverse(left(m)))) else {
             return;
         };
-        let share = b / k + usize::from(t.extra);
+        let share = Self::share_of(b, k, t);
         let uneven = g.n >= t.n + 2
             || (g.n == t.n + 1 && left(t) > left(g).saturating_add(Self::handover_margin(&copies)));
         if !uneven || t.n + 1 > share.min(t.most.unwrap_or(usize::MAX)) {
@@ -722,13 +733,12 @@ impl HostBudget {
     /// Gives the sessions an even split of `key`'s budget leaves over to
     /// the copies with the most bytes left (see the module docs).
     fn place_left_over(&mut self, key: &str) {
-        let peers = self.peers(key);
-        let k = peers.len();
+        let mut copies = self.copies_on(key);
+        let k = copies.len();
         let over = match self.budgets.get(key) {
             Some(&b) if k > 1 => b % k,
             _ => 0,
         };
-        let mut copies = self.copies_on(key);
         let holders = copies.iter().filter(|(_, m)| m.extra).count();
         let mut give = |id: MemberId, extra: bool| {
             if let Some(m) = self.members.get_mut(&id) {
@@ -769,7 +779,7 @@ impl HostBudget {
             None
         } else {
             match self.budgets.get(&m.key) {
-                Some(&b) => Some((b / k + usize::from(m.extra)).max(1).min(m.cap.unwrap_or(usize::MAX))),
+                Some(&b) => Some(Self::share_of(b, k, m).min(m.cap.unwrap_or(usize::MAX))),
                 None if i == 0 => None,
                 None => Some(1),
             }
