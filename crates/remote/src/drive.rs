@@ -142,6 +142,7 @@ pub(crate) async fn run(
                 let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
                 let room = governor.room_under(o.n, last.ceiling);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
+                tracing::debug!(n, goodput, settled, room, ceiling = ?last.ceiling, "share: report to the host");
                 h.report(CopyReport { n, goodput, settled, room, left: remaining() });
                 h.grant()
             });
@@ -174,7 +175,7 @@ pub(crate) async fn run(
                 }
             }
             let shared = governor.ceiling().is_some();
-            if let Some(clamp) = window.observe(o.t_s, &samples, shared) {
+            if let Some(clamp) = window.observe(o.t_s, &samples, shared, o.losses > 0) {
                 tracing::info!(?clamp, "share: window clamp per session");
                 for pool in &pools {
                     pool.set_window_clamp(clamp);
