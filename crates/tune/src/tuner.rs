@@ -182,6 +182,11 @@ impl Point {
 /// 0.99 of what 4 did per session), on a full path they share it.
 const RAMP_PER_SESSION: f64 = 0.8;
 
+/// A point above the bracket search's last one that moved less than this
+/// share of it in all, with room and losses, finds that one's reading
+/// eroded ([`Tuner::eroded_up`]).
+const ERODED_TOTAL: f64 = 0.85;
+
 #[derive(Debug, Clone)]
 enum State {
     /// Measuring `current`; `best` is the previous (lower) point, `lower`
@@ -383,6 +388,9 @@ pub struct Tuner {
     /// The relative margin the noise adds to the comparison being made
     /// (see [`ResampleConfig::beyond_noise`](crate::ResampleConfig)).
     noise_margin: f64,
+    /// The bracket search climbed once past a point it found eroded
+    /// ([`Tuner::eroded_up`]) in this search.
+    climbed_past_erosion: bool,
     /// Samples averaged into the point being decided on.
     point_count: u32,
     intervals: u64,
@@ -406,6 +414,7 @@ impl Tuner {
             avg: Average::default(),
             noise: Noise::default(),
             noise_margin: 0.0,
+            climbed_past_erosion: false,
             point_count: 1,
             intervals: 0,
             report: TuningReport {
@@ -782,6 +791,28 @@ impl Tuner {
             && g / (n as f64) < hi.reference / (hi.n as f64) * EROSION_PER_SESSION
     }
 
+    /// The bracket search's point `n` (goodput `g`) is worse than the one
+    /// below, `b`, because `b` was read before random loss cut its
+    /// windows: `n` lost segments with no standing queue (the path has
+    /// room at `n`), its sessions each moved well under what `b`'s did
+    /// ([`RAMP_PER_SESSION`]), and either all of them clearly less than
+    /// `b`'s ([`ERODED_TOTAL`]: with room, more sessions do not carry less
+    /// in all unless the windows shrank meanwhile) or less and `b` was read
+    /// with a standing queue that more sessions no longer build (the burst
+    /// of slow start). Cubic at 0.01 % beside another copy's session: 4 read
+    /// 507 Mbit/s with a queue 2.7 s into the copy, 8 then read 355 (or
+    /// 490: the search went 4, 8, 6, 2 and held 2). A policer that drops
+    /// with no queue reads about the same total at more sessions and
+    /// never a queue: not this.
+    fn eroded_up(&self, n: usize, g: f64, b: &Point) -> bool {
+        self.signals.losses == Some(true)
+            && self.signals.standing_queue == Some(false)
+            && n > b.n
+            && b.n > 0
+            && (g < b.own * ERODED_TOTAL || (b.full && g < b.own))
+            && g / (n as f64) < b.own / (b.n as f64) * RAMP_PER_SESSION
+    }
+
     /// `g`, measured at N divided by alpha, is at least as good as
     /// `reference` within the tolerance: ties go to fewer sessions. Safe
     /// because the step is a whole factor alpha: where more sessions help
@@ -854,6 +885,20 @@ impl Tuner {
                 // Mbit/s; the next copy, whose 16 read a standing queue,
                 // went from 16 to the knee at 5: 885).
                 self.knee(b.n, Some(b.own), here, 0)
+            }
+            State::Up { best: Some(b), .. }
+                if model && !self.climbed_past_erosion && n < self.cfg.n_max && self.eroded_up(n, g, &b) =>
+            {
+                // The point below was read before the path's random loss
+                // cut its windows (in slow start, often with the queue its
+                // burst built), and this one has room: the path is not full
+                // here, so fewer sessions cannot carry more. Climb on from
+                // here, once a search (a policer that drops with no queue
+                // also reads less per session as N grows; the climb above
+                // it is then measured like any other point).
+                self.climbed_past_erosion = true;
+                self.state = State::Up { lower: b.n, best: Some(here), may_turn_down: false };
+                self.cfg.climb(n)
             }
             State::Up { lower, best: Some(b), may_turn_down } => {
                 if self.better(g, b.reference) {
@@ -1196,6 +1241,7 @@ impl Tuner {
         let count = self.cfg.retune.map_or(1, |rt| rt.consecutive);
         let here = Point { count, ..Point::at(n, level) };
         self.measured.clear();
+        self.climbed_past_erosion = false;
         self.peak = level;
         self.report.retunes = self.report.retunes.saturating_add(1);
         self.report.final_n = None;
@@ -1794,6 +1840,74 @@ mod tests {
         // path does not cut windows): the knee search's old answer.
         let (n, trail) = eroding_path(200.0, 28.0, 2, Some(false));
         assert_eq!(n, Some(16), "{trail:?}");
+    }
+
+    #[test]
+    fn a_first_point_read_in_slow_start_does_not_turn_the_climb_down() {
+        // Cubic at 0.01 % beside another copy's session: 4 sessions read
+        // 507 Mbit/s 2.7 s into the copy with the queue their slow start
+        // built, 8 then read 355 with no queue (a session keeps ~28-45):
+        // the search went 4, 8, 6, 2 and held 2 where ~30 fill the path.
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let first = t.observe_with(
+            sample(4, 507.0),
+            Signals { standing_queue: Some(true), losses: Some(true), ..Signals::default() },
+        );
+        let mut trail = vec![4, first.next_n];
+        for _ in 0..60 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            let g = (n as f64 * 40.0).min(956.0);
+            let signals = Signals {
+                standing_queue: Some(n as f64 * 40.0 > 956.0),
+                losses: Some(true),
+                ..Signals::default()
+            };
+            trail.push(t.observe_with(sample(n, g), signals).next_n);
+        }
+        let n = t.converged().expect("converged");
+        assert!(n >= 20, "held {n} where 24 fill the path: {trail:?}");
+        // The same with 8 read at 490 (61 a session, not yet cut): not
+        // better than 4's 507, no less in all, but 4's queue is gone.
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let lossy =
+            |queue: bool| Signals { standing_queue: Some(queue), losses: Some(true), ..Signals::default() };
+        let mut trail = vec![t.observe_with(sample(4, 507.0), lossy(true)).next_n];
+        trail.push(t.observe_with(sample(8, 490.0), lossy(false)).next_n);
+        for _ in 0..60 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            trail.push(
+                t.observe_with(sample(n, (n as f64 * 40.0).min(956.0)), lossy(n as f64 * 40.0 > 956.0))
+                    .next_n,
+            );
+        }
+        let n = t.converged().expect("converged");
+        assert!(n >= 20, "held {n} where 24 fill the path: {trail:?}");
+        // A policer (no queue, losses, 400 in all whatever N): the climb
+        // past the first reading's fall happens once, then the search ends
+        // low as before.
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let mut trail = Vec::new();
+        for _ in 0..60 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            let g = if n <= 4 { n as f64 * 100.0 } else { 400.0 - n as f64 };
+            let signals = Signals { standing_queue: Some(false), losses: Some(true), ..Signals::default() };
+            trail.push(t.observe_with(sample(n, g), signals).next_n);
+        }
+        let n = t.converged().expect("converged");
+        assert!(n <= 6, "held {n} where 4 carry the policer's 400: {trail:?}");
+        assert!(trail.iter().all(|n| *n <= 64), "{trail:?}");
     }
 
     /// The samples of a copy caught mid-search in CI (nbdkit's rate filter:
