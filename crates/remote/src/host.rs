@@ -291,6 +291,8 @@ async fn client(
                             peak.fetch_max(copies, Ordering::Relaxed);
                             if before.copies != copies {
                                 tracing::info!(copies, ?ceiling, "host coordinator: copies on this path");
+                            } else if before.budget != g.budget {
+                                tracing::info!(budget = ?g.budget, ?ceiling, "host coordinator: the path's budget");
                             }
                         }
                         other => {

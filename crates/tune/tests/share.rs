@@ -746,5 +746,8 @@ fn copies_take_a_grown_budget_at_once() {
     let (ns, ends) = two_copies_to_the_end(BDP / 25.0, 4);
     let last = ends.iter().copied().fold(0.0, f64::max);
     eprintln!("ends {ends:?}; N {ns:?}");
-    assert!(last <= 41.9, "last copy done at {last:.1} s; N per interval {ns:?}");
+    // Quarters after the first growth: 40.9 s; doubling while a growth
+    // gained in proportion: 38.4 (the budget overshoots to 40 and the
+    // copies' tuners come back to 15-16 each).
+    assert!(last <= 39.5, "last copy done at {last:.1} s; N per interval {ns:?}");
 }
