@@ -139,8 +139,9 @@ pub(crate) async fn run(
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
                 let last = h.grant();
-                let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
-                let room = governor.room_under(o.n, last.ceiling);
+                let lossy_room = o.losses > 0 && governor.empty_intervals() > 0;
+                let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, lossy_room);
+                let room = governor.room_under(o.n, last.ceiling, last.budget);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
                 tracing::debug!(n, goodput, settled, room, ceiling = ?last.ceiling, "share: report to the host");
                 h.report(CopyReport { n, goodput, settled, room, left: remaining() });

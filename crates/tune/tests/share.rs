@@ -164,8 +164,9 @@ fn govern_on_host(
         }
         Some((budget, id, applied, copies_seen, left)) => {
             let last = budget.grant(id);
-            let room = governor.room_under(o.n, last.ceiling);
-            let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies);
+            let room = governor.room_under(o.n, last.ceiling, last.budget);
+            let lossy_room = o.losses > 0 && governor.empty_intervals() > 0;
+            let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, lossy_room);
             let goodput = o.goodput_bytes_per_s as u64;
             let grant = budget.report(id, CopyReport { n, goodput, settled, room, left });
             if copies_seen.left(grant) {
@@ -746,8 +747,11 @@ fn copies_take_a_grown_budget_at_once() {
     let (ns, ends) = two_copies_to_the_end(BDP / 25.0, 4);
     let last = ends.iter().copied().fold(0.0, f64::max);
     eprintln!("ends {ends:?}; N {ns:?}");
-    // Quarters after the first growth: 40.9 s; doubling while a growth
-    // gained in proportion: 38.4 (the budget overshoots to 40 and the
-    // copies' tuners come back to 15-16 each).
-    assert!(last <= 39.5, "last copy done at {last:.1} s; N per interval {ns:?}");
+    // 40.9 s with the budget grown a quarter on room the copies reported
+    // again on their first interval after each growth (a growth an
+    // interval while no queue showed); counting room afresh under each
+    // budget, 44.2 with quarters and 41.7 with a doubling while a growth
+    // gained in proportion (20, then 40: the copies' tuners come back to
+    // 15-16 each).
+    assert!(last <= 42.5, "last copy done at {last:.1} s; N per interval {ns:?}");
 }

@@ -451,6 +451,11 @@ pub struct Governor {
     /// Settled intervals in a row with no standing queue and demand
     /// enough to fill the sessions (see [`Governor::empty_intervals`]).
     empty: usize,
+    /// Times `empty` went back to 0.
+    empty_resets: u64,
+    /// The host budget room was last asked under, and `empty` (with
+    /// `empty_resets`) when it last changed ([`Governor::room_under`]).
+    room_at: Option<(Option<usize>, u64, usize)>,
 }
 
 impl Governor {
@@ -462,6 +467,8 @@ impl Governor {
             ceiling: None,
             clean: 0,
             empty: 0,
+            empty_resets: 0,
+            room_at: None,
             full: 0,
             full_n: None,
             roomy: std::collections::BTreeMap::new(),
@@ -538,9 +545,38 @@ impl Governor {
     /// to report to the host's coordinator: its N within a quarter of the
     /// ceiling (the tuner's search under it is noisy on a lossy path), and
     /// the path not full for `release_after` intervals in a row
-    /// ([`empty_intervals`](Self::empty_intervals)). No ceiling, no room.
-    pub fn room_under(&self, n: usize, ceiling: Option<usize>) -> bool {
-        ceiling.is_some_and(|c| n * 4 >= c * 3) && self.empty >= self.config.release_after
+    /// ([`empty_intervals`](Self::empty_intervals)) since the path's host
+    /// `budget` last changed. No ceiling, no room.
+    ///
+    /// Counted from the budget's last change: the coordinator grows a
+    /// budget on fresh reports, and intervals under the old one say
+    /// nothing of the new one. Counted over changes, the copies reported
+    /// room again on their first interval after a growth and, taking each
+    /// raised grant at once, climbed together a session or two an
+    /// interval: two copies of a server rate-limited to 240 Mbit/s, each
+    /// allowed 8, grew the budget 4, 5, 6, 7, 9, 11 in 0.7 s and ran 8 + 8;
+    /// on the share path with 0.01 % loss it grew 14, 17, 21 within 0.5 s.
+    /// Not counted from changes of N (the copies' own searches under their
+    /// ceilings move N, and the budget then waited 20 s for its next
+    /// growth), nor of the ceiling (the coordinator's turns move a session
+    /// between copies under one budget, and a simulated loss path held at
+    /// 20 where 25 fill it).
+    pub fn room_under(&mut self, n: usize, ceiling: Option<usize>, budget: Option<usize>) -> bool {
+        let (resets, empty) = (self.empty_resets, self.empty);
+        let from = match self.room_at {
+            Some((b, r, e)) if b == budget => {
+                if r == resets {
+                    e
+                } else {
+                    0
+                }
+            }
+            _ => {
+                self.room_at = Some((budget, resets, empty));
+                empty
+            }
+        };
+        ceiling.is_some_and(|c| n * 4 >= c * 3) && empty.saturating_sub(from) >= self.config.release_after
     }
 
     /// Every change of the ceiling so far.
@@ -641,7 +677,12 @@ impl Governor {
         if !o.discarded && o.n > 0 {
             let empty = !o.demand_limited
                 && o.rtt_s - base <= (self.config.allowed_queue_s(base) / 4.0).max(ROOM_QUEUE_S);
-            self.empty = if empty { self.empty + 1 } else { 0 };
+            if empty {
+                self.empty += 1;
+            } else {
+                self.empty = 0;
+                self.empty_resets += 1;
+            }
         }
         if o.discarded || o.n == 0 || self.config.mode == ShareMode::Greedy || base < self.config.min_base_s {
             return None;
@@ -1135,12 +1176,26 @@ mod tests {
             g.observe(&PathObservation { demand_limited: true, ..obs(10, 100.5) });
             assert_eq!(g.empty_intervals(), 0, "sessions without demand do not show the path");
             let release = g.config().release_after;
+            let b = Some(16);
+            assert!(!g.room_under(6, Some(8), b), "counted from the budget's first interval");
             for _ in 0..release {
                 g.observe(&obs(6, 100.5));
             }
-            assert!(g.room_under(6, Some(8)), "6 of a ceiling of 8, {release} empty intervals");
-            assert!(!g.room_under(5, Some(8)), "more than a quarter under the ceiling");
-            assert!(!g.room_under(6, None), "no ceiling, no room");
+            assert!(g.room_under(6, Some(8), b), "6 of a ceiling of 8, {release} empty intervals");
+            assert!(!g.room_under(5, Some(8), b), "more than a quarter under the ceiling");
+            assert!(g.room_under(7, Some(9), b), "N and ceiling moved under the same budget: still counted");
+            assert!(!g.room_under(6, None, b), "no ceiling, no room");
+            // A new budget counts again from its first interval.
+            let b = Some(20);
+            assert!(!g.room_under(7, Some(9), b), "intervals under the old budget say nothing of this one");
+            for i in 1..=release {
+                g.observe(&obs(7, 100.5));
+                assert_eq!(g.room_under(7, Some(9), b), i == release, "{i} intervals under the new budget");
+            }
+            // A queue in between starts the count again.
+            g.observe(&obs(7, 120.0));
+            g.observe(&obs(7, 100.5));
+            assert!(!g.room_under(7, Some(9), b));
         }
     }
 

@@ -52,14 +52,15 @@
 //!   the copies are on the ramp, as the bracket search's jump reads it. On
 //!   the share path with 0.01 % random loss a leader settled at 4-5 beside
 //!   a held copy where ~30 sessions fill the path, and quarters took the
-//!   budget from 6 to 32 over 12-16 s of a 45 s pair of copies. Room is
-//!   the governors' count of queue-free intervals, not restarted by a
-//!   growth, so copies still under their new ceilings can report it again
-//!   on their next interval (the growths then come an interval apart while
-//!   no queue shows, and the goodput the doubling compares may be one
-//!   interval apart). Counting room afresh from each new N and ceiling
-//!   was tried: the copies' own searches under their ceilings kept
-//!   changing N, and the budget waited 20 s for a growth. A leader's
+//!   budget from 6 to 32 over 12-16 s of a 45 s pair of copies. A copy's
+//!   room counts only intervals since the budget last changed
+//!   ([`Governor::room_under`](crate::share::Governor::room_under)):
+//!   counted over growths, copies reported it again on their first
+//!   interval after one and the budget grew an interval at a time (two
+//!   copies of a rate-limited server, each allowed 8, ran 8 + 8). Under
+//!   random loss the goodput a growth brings erodes within seconds, so
+//!   there it mostly grows by quarters still (11, 13, 16, 20, 25, 4-5 s
+//!   apart). A leader's
 //!   search beside held copies can end low (on a path with random loss
 //!   two copies split a budget of 9 where one copy alone ends at 23, and
 //!   moved 0.43 of the link together); nothing else would ever raise it.
@@ -417,10 +418,21 @@ impl Grant {
 /// knee search's best is the fewest sessions seen full, an upper bound
 /// (32 where 5 fill the share path), and a budget taken too low grows
 /// while one taken too high is never cut.
-pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize) -> (usize, bool) {
+///
+/// Unless the interval lost segments with no standing queue
+/// (`lossy_room`): random loss, and the path is not full at this N, so the
+/// higher of the two. On the share path with 0.01 % loss a leader read 16
+/// sessions full in slow start (913 Mbit/s, a queue), its knee search
+/// probed 8 from that reading, and the budget set at 8 + 1 held both
+/// copies at 4-5 sessions (the leader's search went on down to 3 under
+/// its share) for 10-12 s where ~30 fill the path.
+pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize, lossy_room: bool) -> (usize, bool) {
     match tuner {
         Some(t) if t.converged().is_some() => (n, true),
-        Some(t) if copies > 1 => t.best_known().map_or((n, false), |b| (b.min(t.current()), true)),
+        Some(t) if copies > 1 => t.best_known().map_or((n, false), |b| {
+            let c = t.current();
+            (if lossy_room { b.max(c) } else { b.min(c) }, true)
+        }),
         _ => (n, false),
     }
 }
@@ -840,6 +852,25 @@ impl HostBudget {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_knee_probe_with_room_under_random_loss_reports_the_plateau_point() {
+        use crate::{Sample, Signals, TunerConfig};
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let at = |n: usize, mbit: f64| Sample { n, goodput_bytes_per_s: mbit * 1e6 / 8.0, duration_s: 1.0 };
+        let signals =
+            |queue: bool| Signals { standing_queue: Some(queue), losses: Some(true), ..Signals::default() };
+        // 4 with room, then 16 full in slow start: the knee search probes
+        // below 16.
+        assert_eq!(t.observe_with(at(4, 496.0), signals(false)).next_n, 16);
+        let probe = t.observe_with(at(16, 913.0), signals(true)).next_n;
+        assert!(probe < 16, "a knee probe: {probe}");
+        assert_eq!(t.best_known(), Some(16));
+        assert_eq!(settled_point(Some(&t), probe, 2, false), (probe, true), "the lower of the two");
+        assert_eq!(settled_point(Some(&t), probe, 2, true), (16, true), "random loss with room: the higher");
+        assert_eq!(settled_point(Some(&t), probe, 1, true), (probe, false), "alone: not converged");
+    }
 
     /// A report with nothing said of the bytes left.
     fn rep(n: usize, goodput: u64, settled: bool, room: bool) -> CopyReport {
