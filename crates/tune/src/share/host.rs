@@ -1190,6 +1190,29 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_doubles_after_a_growth_that_gained_in_proportion() {
+        // Budget 8, split 4 + 4, both with room at 100 each: a quarter.
+        let mut h = HostBudget::new();
+        let (a, b) = (h.join("p", Some(8)), h.join("p", Some(8)));
+        h.report(a, rep(4, 100, true, true));
+        assert_eq!(h.report(b, rep(4, 100, true, true)).budget, Some(10));
+        // The 10 moved 230 together (+15 % for +25 %: more than half in
+        // proportion): the copies are on the ramp, the budget doubles.
+        h.report(a, rep(5, 115, true, true));
+        assert_eq!(h.report(b, rep(5, 115, true, true)).budget, Some(20));
+        // The 20 moved 250 (+9 % for +100 %): a quarter again.
+        h.report(a, rep(10, 125, true, true));
+        assert_eq!(h.report(b, rep(10, 125, true, true)).budget, Some(25));
+        // A budget set anew (the copies left and one came back) forgets
+        // the growths before it: a quarter first.
+        h.leave(a);
+        h.leave(b);
+        let (c, d) = (h.join("p", Some(8)), h.join("p", Some(8)));
+        h.report(c, rep(4, 100, true, true));
+        assert_eq!(h.report(d, rep(4, 100, true, true)).budget, Some(10));
+    }
+
+    #[test]
     fn a_take_over_holds_over_a_restart_from_fewer_sessions() {
         assert_eq!(restart_after(Some(2), Some(8)), Some(Restart::TakeOver(8)));
         assert_eq!(restart_after(None, Some(8)), Some(Restart::TakeOver(8)));
