@@ -139,8 +139,7 @@ pub(crate) async fn run(
             ctl.set_path_base_rtt(governor.path_base_rtt_s());
             let grant = host.as_ref().map(|h| {
                 let last = h.grant();
-                let lossy_room = o.losses > 0 && governor.empty_intervals() > 0;
-                let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, lossy_room);
+                let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, governor.lossy_room(&o));
                 let room = governor.room_under(o.n, last.ceiling, last.budget);
                 let goodput = o.goodput_bytes_per_s.max(0.0) as u64;
                 tracing::debug!(n, goodput, settled, room, ceiling = ?last.ceiling, "share: report to the host");

@@ -1842,70 +1842,51 @@ mod tests {
         assert_eq!(n, Some(16), "{trail:?}");
     }
 
+    /// A tuner fed `first` (N, goodput, standing queue) and then, at each N
+    /// it moves to, `g(n)` with a queue where `queue(n)`; losses in every
+    /// interval. Returns the N it holds and every next N it decided.
+    fn lossy_trail(
+        first: &[(usize, f64, bool)],
+        g: impl Fn(usize) -> f64,
+        queue: impl Fn(usize) -> bool,
+    ) -> (Option<usize>, Vec<usize>) {
+        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+        let mut t = Tuner::new(cfg).unwrap();
+        let lossy = |q: bool| Signals { standing_queue: Some(q), losses: Some(true), ..Signals::default() };
+        let mut trail: Vec<usize> =
+            first.iter().map(|&(n, gn, q)| t.observe_with(sample(n, gn), lossy(q)).next_n).collect();
+        for _ in 0..60 {
+            if t.converged().is_some() {
+                break;
+            }
+            let n = t.current();
+            trail.push(t.observe_with(sample(n, g(n)), lossy(queue(n))).next_n);
+        }
+        (t.converged(), trail)
+    }
+
     #[test]
     fn a_first_point_read_in_slow_start_does_not_turn_the_climb_down() {
         // Cubic at 0.01 % beside another copy's session: 4 sessions read
         // 507 Mbit/s 2.7 s into the copy with the queue their slow start
         // built, 8 then read 355 with no queue (a session keeps ~28-45):
         // the search went 4, 8, 6, 2 and held 2 where ~30 fill the path.
-        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
-        let mut t = Tuner::new(cfg).unwrap();
-        let first = t.observe_with(
-            sample(4, 507.0),
-            Signals { standing_queue: Some(true), losses: Some(true), ..Signals::default() },
-        );
-        let mut trail = vec![4, first.next_n];
-        for _ in 0..60 {
-            if t.converged().is_some() {
-                break;
-            }
-            let n = t.current();
-            let g = (n as f64 * 40.0).min(956.0);
-            let signals = Signals {
-                standing_queue: Some(n as f64 * 40.0 > 956.0),
-                losses: Some(true),
-                ..Signals::default()
-            };
-            trail.push(t.observe_with(sample(n, g), signals).next_n);
-        }
-        let n = t.converged().expect("converged");
+        let kept = |n: usize| (n as f64 * 40.0).min(956.0);
+        let full = |n: usize| n as f64 * 40.0 > 956.0;
+        let (n, trail) = lossy_trail(&[(4, 507.0, true)], kept, full);
+        let n = n.expect("converged");
         assert!(n >= 20, "held {n} where 24 fill the path: {trail:?}");
         // The same with 8 read at 490 (61 a session, not yet cut): not
         // better than 4's 507, no less in all, but 4's queue is gone.
-        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
-        let mut t = Tuner::new(cfg).unwrap();
-        let lossy =
-            |queue: bool| Signals { standing_queue: Some(queue), losses: Some(true), ..Signals::default() };
-        let mut trail = vec![t.observe_with(sample(4, 507.0), lossy(true)).next_n];
-        trail.push(t.observe_with(sample(8, 490.0), lossy(false)).next_n);
-        for _ in 0..60 {
-            if t.converged().is_some() {
-                break;
-            }
-            let n = t.current();
-            trail.push(
-                t.observe_with(sample(n, (n as f64 * 40.0).min(956.0)), lossy(n as f64 * 40.0 > 956.0))
-                    .next_n,
-            );
-        }
-        let n = t.converged().expect("converged");
+        let (n, trail) = lossy_trail(&[(4, 507.0, true), (8, 490.0, false)], kept, full);
+        let n = n.expect("converged");
         assert!(n >= 20, "held {n} where 24 fill the path: {trail:?}");
         // A policer (no queue, losses, 400 in all whatever N): the climb
         // past the first reading's fall happens once, then the search ends
         // low as before.
-        let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
-        let mut t = Tuner::new(cfg).unwrap();
-        let mut trail = Vec::new();
-        for _ in 0..60 {
-            if t.converged().is_some() {
-                break;
-            }
-            let n = t.current();
-            let g = if n <= 4 { n as f64 * 100.0 } else { 400.0 - n as f64 };
-            let signals = Signals { standing_queue: Some(false), losses: Some(true), ..Signals::default() };
-            trail.push(t.observe_with(sample(n, g), signals).next_n);
-        }
-        let n = t.converged().expect("converged");
+        let policer = |n: usize| if n <= 4 { n as f64 * 100.0 } else { 400.0 - n as f64 };
+        let (n, trail) = lossy_trail(&[], policer, |_| false);
+        let n = n.expect("converged");
         assert!(n <= 6, "held {n} where 4 carry the policer's 400: {trail:?}");
         assert!(trail.iter().all(|n| *n <= 64), "{trail:?}");
     }

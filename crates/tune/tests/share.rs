@@ -165,8 +165,7 @@ fn govern_on_host(
         Some((budget, id, applied, copies_seen, left)) => {
             let last = budget.grant(id);
             let room = governor.room_under(o.n, last.ceiling, last.budget);
-            let lossy_room = o.losses > 0 && governor.empty_intervals() > 0;
-            let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, lossy_room);
+            let (n, settled) = settled_point(ctl.tuner(), o.n, last.copies, governor.lossy_room(&o));
             let goodput = o.goodput_bytes_per_s as u64;
             let grant = budget.report(id, CopyReport { n, goodput, settled, room, left });
             if copies_seen.left(grant) {

@@ -88,8 +88,8 @@ fn two_copies_on_one_host_see_each_other_and_share_one_budget() {
     // Each copy alone may use up to 8 and starts at 6; together they
     // split one copy's budget: the first copy's N once its search is past
     // its climb, at most 8, plus the one session the other was held at
-    // meanwhile (CI saw 4 + 5 at 2.4 s), so 9. The check is half a second before the end
-    // of the copy that finished first (the copies started together, their
+    // meanwhile (CI saw 4 + 5 at 2.4 s), so 9. The check is half a second
+    // before the end of the copy that finished first (the copies started together, their
     // clocks a moment apart): each copy's N in its interval that spanned
     // that moment (a sample's N is the one of its whole interval: the
     // interval that ended before the moment may have had one session

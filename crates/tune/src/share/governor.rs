@@ -541,6 +541,14 @@ impl Governor {
         self.empty
     }
 
+    /// Whether interval `o` lost segments while the path showed no standing
+    /// queue (its last measured interval was empty): random loss, and the
+    /// path is not full at this N (see
+    /// [`settled_point`](crate::share::settled_point)).
+    pub fn lossy_room(&self, o: &PathObservation) -> bool {
+        o.losses > 0 && self.empty > 0
+    }
+
     /// Whether a copy at `n` sessions under the host's `ceiling` has room
     /// to report to the host's coordinator: its N within a quarter of the
     /// ceiling (the tuner's search under it is noisy on a lossy path), and

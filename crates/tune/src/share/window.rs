@@ -20,10 +20,10 @@
 //! The clamp never falls below the mean; it is removed when the path shows
 //! room or N is 1.
 //!
-//! It does not fall until [`QUIET`] intervals in a row had no losses.
-//! Under random loss every
-//! session's window is cut at random and regrows slowly, so the windows sit
-//! well under the largest one and their mean under the clamp; a clamp
+//! It does not fall until [`QUIET`] intervals in a row had no losses. Under
+//! random loss every session's window is cut at random and regrows slowly,
+//! so the windows sit well under the largest one and their mean under the
+//! clamp; a clamp
 //! lowered to 1.25 times that mean stopped the regrowth, the mean fell
 //! again, and it spiralled: two copies on the share path with 0.01 % loss,
 //! one copy's clamp went 821, 598, 522, 484, 456, 403, 353, 333 KB in 16 s
@@ -84,8 +84,8 @@ impl WindowSplitter {
     /// One interval ending at `t_s`: the sessions' counters now, whether
     /// the path is full and shared (the governor holds a ceiling) and
     /// whether the sessions lost segments in it (the clamp falls only after
-    /// [`QUIET`] intervals without: see the module docs). Returns the new clamp when it changed
-    /// (`Some(None)`: removed).
+    /// [`QUIET`] intervals without: see the module docs). Returns the new
+    /// clamp when it changed (`Some(None)`: removed).
     pub fn observe(
         &mut self,
         t_s: f64,
