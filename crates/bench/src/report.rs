@@ -105,6 +105,7 @@ pub(crate) mod tests {
             ending: false,
             standing_queue: None,
             settled_mbps: None,
+            loss_cap_mbps: None,
             request_bytes: 1 << 20,
             depth: 4,
         }

@@ -245,6 +245,7 @@ mod tests {
             ending: false,
             standing_queue: Some(true),
             settled_mbps: Some(780.0),
+            loss_cap_mbps: None,
             request_bytes: 1 << 20,
             depth: 8,
         }

@@ -47,6 +47,8 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
                         .unwrap_or(0),
                     rcv_space: s.tcp.iter().map(|i| i.rcv_space).max().unwrap_or(0),
                     min_rtt_us: s.tcp.iter().map(|i| i.min_rtt_us).filter(|r| *r > 0).min().unwrap_or(0),
+                    mss: s.tcp.iter().map(|i| i.snd_mss.max(i.rcv_mss)).max().unwrap_or(0),
+                    rate_based: s.tcp.iter().any(|i| i.congestion.as_str().starts_with("bbr")),
                 }),
             })
             .collect(),

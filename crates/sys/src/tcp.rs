@@ -158,6 +158,8 @@ pub struct TcpInfo {
     pub rto_us: u32,
     /// Sender maximum segment size, bytes.
     pub snd_mss: u32,
+    /// The receiver's estimate of the peer's segment size, bytes.
+    pub rcv_mss: u32,
     /// Segments sent but not yet acknowledged.
     pub unacked: u32,
     /// Segments considered lost.
@@ -255,6 +257,7 @@ impl TcpInfo {
             ca_state: b.get(1).copied().unwrap_or(0),
             rto_us: u32_at(b, 8),
             snd_mss: u32_at(b, 16),
+            rcv_mss: u32_at(b, 20),
             unacked: u32_at(b, 24),
             lost: u32_at(b, 32),
             retrans: u32_at(b, 36),

@@ -62,14 +62,14 @@ mod tuner;
 
 pub use config::{ConfigError, MAX_SESSIONS, ResampleConfig, RetuneConfig, TunerConfig};
 pub use control::{
-    AT_RATE_CAP, CONNECT_WAIT_MAX, Controller, ControllerConfig, Counters, DEMAND_LIMITED, DRAIN_WAIT_MAX,
-    Decision, DemandSample, END_MIN, END_RTTS, HALVES_AGREE, IntervalChoice, IntervalSample, PARTIAL_RUN_MAX,
-    Parallelism, PoolCounters, PoolLimits, ProgressPoint, SETTLE_MAX, SessionCounters, TcpCounters, Timing,
-    request_plan, small_path_n0, time_to_rate,
+    AT_RATE_CAP, CONNECT_WAIT_MAX, Controller, ControllerConfig, Counters, DEFAULT_MSS, DEMAND_LIMITED,
+    DRAIN_WAIT_MAX, Decision, DemandSample, END_MIN, END_RTTS, HALVES_AGREE, IntervalChoice, IntervalSample,
+    PARTIAL_RUN_MAX, Parallelism, PoolCounters, PoolLimits, ProgressPoint, SETTLE_MAX, SessionCounters,
+    TcpCounters, Timing, request_plan, small_path_n0, time_to_rate,
 };
 pub use golden::{Bracket, NU, golden_probe_bound};
 pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
-pub use model::{ModelConfig, Signals};
+pub use model::{ModelConfig, Signals, loss_limited_rate};
 pub use tuner::{
     CONFIRM_WIN, Discards, LEVEL_SAMPLES, MAX_HISTORY, NOISE_SIGMAS, Phase, Sample, SampleUse, Step,
     StepRecord, Tuner, TuningReport,

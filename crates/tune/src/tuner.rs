@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::golden::Bracket;
-use crate::model::{Signals, knee_floor, knee_from_queue};
+use crate::model::{Signals, knee_floor, knee_from_queue, sessions_at};
 
 /// In-band samples averaged into the converged goodput level before it is
 /// frozen as the reference for re-tuning.
@@ -391,6 +391,9 @@ pub struct Tuner {
     /// The bracket search climbed once past a point it found eroded
     /// ([`Tuner::eroded_up`]) in this search.
     climbed_past_erosion: bool,
+    /// The latest [`Signals::loss_cap`] a used sample brought: what a
+    /// session can carry at the path's random loss.
+    loss_cap: Option<f64>,
     /// Samples averaged into the point being decided on.
     point_count: u32,
     intervals: u64,
@@ -415,6 +418,7 @@ impl Tuner {
             noise: Noise::default(),
             noise_margin: 0.0,
             climbed_past_erosion: false,
+            loss_cap: None,
             point_count: 1,
             intervals: 0,
             report: TuningReport {
@@ -573,6 +577,7 @@ impl Tuner {
         let used = self.classify(&s);
         if used == SampleUse::Used {
             self.signals = signals;
+            self.loss_cap = signals.loss_cap.filter(|c| c.is_finite() && *c > 0.0).or(self.loss_cap);
             self.accept(s.goodput_bytes_per_s, s.duration_s)
         } else {
             self.step(used)
@@ -1082,10 +1087,31 @@ impl Tuner {
             // the plateau's fewest sessions can be no more than it allows.
             hi = Point { n: self.cfg.n_max, ..hi };
         }
-        let Some(mid) = crate::golden::knee_probe(lo, hi.n) else { return self.converge(hi) };
+        let threshold = hi.reference * (1.0 - self.cfg.tolerance);
+        // At most one jump above the plateau's fewest sessions: the loss
+        // rate is an estimate from a few events.
+        let by_loss = match (self.cfg.model, self.loss_cap) {
+            (Some(m), Some(cap)) => {
+                let most = (hi.n as f64 * m.jump.max(1.0)).ceil().min(usize::MAX as f64 / 2.0) as usize;
+                sessions_at(threshold, cap).min(most)
+            }
+            _ => 0,
+        };
+        if by_loss > hi.n {
+            // The model: at the loss rate the sessions met with room, a
+            // session keeps `loss_cap` once its window has followed the
+            // losses; the plateau's fewest sessions were read before that
+            // (slow start grew windows the losses then cut for seconds:
+            // cubic at 0.01 %, 16 sessions read 958 Mbit/s with a queue at
+            // 2 s and 540 with room at 20 s). Hold the N that rate fills
+            // the plateau with, and never probe below it.
+            return self.converge(Point::at(by_loss.min(self.cfg.n_max), hi.reference));
+        }
+        let Some(mid) = crate::golden::knee_probe(lo.max(by_loss.saturating_sub(1)), hi.n) else {
+            return self.converge(hi);
+        };
         let (probe, model_probe) = if self.cfg.model.is_some() {
-            let threshold = hi.reference * (1.0 - self.cfg.tolerance);
-            let floor = knee_floor(threshold, lo, lo_g, hi.n, hi.ramp.then_some(hi.own));
+            let floor = knee_floor(threshold, lo, lo_g, hi.n, hi.ramp.then_some(hi.own)).max(by_loss);
             // With nothing measured below (no lo_g) and hi not on the ramp,
             // the bound is lo + 1: a single session at first, an interval
             // at a fraction of the path on a long one. A full plateau point
@@ -1889,6 +1915,44 @@ mod tests {
         let n = n.expect("converged");
         assert!(n <= 6, "held {n} where 4 carry the policer's 400: {trail:?}");
         assert!(trail.iter().all(|n| *n <= 64), "{trail:?}");
+    }
+
+    #[test]
+    fn a_knee_under_random_loss_holds_the_sessions_the_loss_rate_fills() {
+        // Cubic at 0.01 % alone (hand run `auto1`): 4 sessions read 443
+        // Mbit/s with room after their first losses, 16 then 976 with the
+        // queue their slow start built; the knee search probed 9 (443 / 4
+        // a session), which read 474 as its windows followed the losses,
+        // and the erosion rule then went to 38: 3.4 s at about half the
+        // link. A session keeps about 20 there once cut (16 held fell to
+        // 540 over 15 s).
+        let trail = |cap: Option<f64>| {
+            let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
+            let mut t = Tuner::new(cfg).unwrap();
+            let at = |queue: bool| Signals {
+                standing_queue: Some(queue),
+                losses: Some(true),
+                loss_cap: cap,
+                ..Signals::default()
+            };
+            let first = t.observe_with(sample(4, 443.0), at(false)).next_n;
+            let second = t.observe_with(sample(first, 976.0), at(true)).next_n;
+            (first, second, t.converged())
+        };
+        let (first, second, held) = trail(Some(20.0));
+        assert_eq!(first, 16);
+        // 0.97 x 976 / 20 = 47.3: 48 sessions, held.
+        assert_eq!((second, held), (48, Some(48)));
+        // Without the loss rate: the knee probe below 16, as before.
+        let (_, second, held) = trail(None);
+        assert!(second < 16 && held.is_none(), "{second} {held:?}");
+        // A loss rate that says more than one jump above 16 is held to it.
+        let (_, second, _) = trail(Some(1.0));
+        assert_eq!(second, 64);
+        // And one a plateau's fewest sessions already carry changes
+        // nothing: the knee search probes at or above it.
+        let (_, second, _) = trail(Some(200.0));
+        assert!((5..16).contains(&second), "{second}");
     }
 
     /// The samples of a copy caught mid-search in CI (nbdkit's rate filter:

@@ -475,6 +475,44 @@ fn sessions_under_loss_are_scored_after_their_first_losses() {
     assert!(high(&c, &sim) > 0, "the check above cannot fail");
 }
 
+/// 1 Gbit/s, 100 ms RTT, random loss that holds each session to 305 KiB
+/// (25 Mbit/s; the sim loses segments at the rate Reno's 1.22 / sqrt(p)
+/// gives that window): the loss rate the controller reads from the
+/// intervals with room tells the session's rate, and the search ends at
+/// or above the 38 sessions that fill the path at it. On a clean path
+/// there is no such rate.
+#[test]
+fn the_loss_rate_read_with_room_says_what_a_session_carries() {
+    let window = 312_500.0;
+    let path = FlowModel { loss_penalty: 0.0, ..FlowModel::new(1_000.0, 100.0, 4.0 * 1_048_576.0) };
+    let run = |lossy: bool| {
+        let sim = SessionSim::new(path, limits(), Instant::now());
+        let mut sim = if lossy { sim.with_loss_window(window, 4.0) } else { sim };
+        let mut c = start(tuned(), &mut sim);
+        drive(&mut c, &mut sim, 40.0);
+        (c, sim)
+    };
+    let (c, _) = run(true);
+    show("loss rate", c.samples());
+    let mut caps: Vec<f64> = c.samples().iter().filter_map(|s| s.loss_cap_mbps).collect();
+    assert!(caps.len() >= 10, "loss rate read {} times", caps.len());
+    // The first readings come from a few events counted whole (a session's
+    // losses so far rounded down): high, never low, so the N they say is
+    // the fewer. Over the run they agree with the window.
+    let per_session = window * 8.0 / 0.1 / 1e6;
+    assert!(caps.iter().all(|c| (0.7 * per_session..2.6 * per_session).contains(c)), "{caps:?}");
+    caps.sort_by(f64::total_cmp);
+    let median = caps[caps.len() / 2];
+    assert!(
+        (0.8 * per_session..1.25 * per_session).contains(&median),
+        "median {median} against {per_session}"
+    );
+    let n = c.tuner().unwrap().current();
+    assert!(n >= 36, "ended at {n}");
+    let (c, _) = run(false);
+    assert!(c.samples().iter().all(|s| s.loss_cap_mbps.is_none()), "a loss rate on a clean path");
+}
+
 /// Stepping up a lossy path with room (loss holds each window to 64 KiB)
 /// on a server whose replies come in bursts: the halves of an interval
 /// differ, but while the search steps up with losses and no queue the

@@ -123,7 +123,17 @@ pub struct TcpCounters {
     /// Smallest RTT seen on the connection, microseconds (`tcpi_min_rtt`;
     /// 0 if unknown): the path's RTT without queueing.
     pub min_rtt_us: u32,
+    /// Segment size of the data, bytes (0 if unknown: then
+    /// [`DEFAULT_MSS`]).
+    pub mss: u32,
+    /// The connection's congestion control keeps its rate through random
+    /// loss (BBR): its losses say nothing about what a session can carry.
+    pub rate_based: bool,
 }
+
+/// The segment size assumed where a session does not report one (Ethernet
+/// less IP and TCP headers with timestamps).
+pub const DEFAULT_MSS: u32 = 1448;
 
 impl Counters {
     /// Sessions that are not active and still carry requests.
@@ -264,6 +274,18 @@ impl Counters {
         )
     }
 
+    /// The active sessions' segment size, bytes (the largest reported;
+    /// [`DEFAULT_MSS`] when none is).
+    pub fn mss(&self) -> u32 {
+        self.sessions()
+            .filter(|s| s.active)
+            .filter_map(|s| s.tcp)
+            .map(|t| t.mss)
+            .max()
+            .filter(|m| *m > 0)
+            .unwrap_or(DEFAULT_MSS)
+    }
+
     /// Every open session of every pool.
     pub(crate) fn sessions(&self) -> impl Iterator<Item = &SessionCounters> {
         self.pools.iter().flat_map(|p| &p.sessions)
@@ -315,7 +337,46 @@ pub(crate) struct TransportDelta {
     /// Active sessions not seen at the previous call (opened since): their
     /// bytes of this interval are not in `per_pool`.
     pub(crate) fresh_active: usize,
+    /// Loss events of the interval as the active loss-based sessions saw
+    /// them, and the segments they moved (see [`loss_events`]).
+    pub(crate) loss: LossCount,
 }
+
+/// Loss events and the segments they happened among, over some time.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(crate) struct LossCount {
+    pub(crate) events: f64,
+    pub(crate) segments: f64,
+}
+
+/// One session's loss events over an interval of `dt_s` in which it moved
+/// `moved` bytes and saw `retransmits` and `out_of_order` more segments,
+/// at `rtt_s` with segments of `mss` bytes. A segment we retransmitted is
+/// one event (at the loss rates that cap a session, a window seldom loses
+/// two). Where we receive, a loss shows as the segments that reach us
+/// behind its hole until its retransmission arrives, about a round trip of
+/// the session's rate: that many out-of-order segments are one event. A
+/// session that moved less than [`LOSS_MIN_SEGMENTS`] tells nothing.
+pub(crate) fn loss_events(
+    moved: u64,
+    retransmits: u64,
+    out_of_order: u64,
+    rtt_s: f64,
+    mss: u32,
+    dt_s: f64,
+) -> LossCount {
+    let mss = f64::from(if mss == 0 { DEFAULT_MSS } else { mss });
+    let segments = moved as f64 / mss;
+    if !(segments >= LOSS_MIN_SEGMENTS && rtt_s > 0.0 && dt_s > 0.0 && rtt_s.is_finite() && dt_s.is_finite())
+    {
+        return LossCount::default();
+    }
+    let window = (segments / dt_s * rtt_s).max(1.0);
+    LossCount { events: retransmits as f64 + out_of_order as f64 / window, segments }
+}
+
+/// See [`loss_events`].
+const LOSS_MIN_SEGMENTS: f64 = 64.0;
 
 /// Jain's fairness index of `xs`: (sum x)^2 / (n * sum x^2); 1 = equal
 /// shares, 1/n = one of them carried everything.
@@ -329,7 +390,7 @@ impl TransportMeter {
     /// Bytes moved since the last call, per pool, counting only sessions
     /// seen both times (so sessions opening or failing do not jump the
     /// sum). `None` when an active session has no TCP counters.
-    pub(crate) fn delta(&mut self, c: &Counters) -> Option<TransportDelta> {
+    pub(crate) fn delta(&mut self, c: &Counters, dt_s: f64) -> Option<TransportDelta> {
         let mut now = HashMap::new();
         let mut d = TransportDelta { per_pool: vec![0; c.pools.len()], ..TransportDelta::default() };
         let mut shares = Vec::new();
@@ -338,11 +399,19 @@ impl TransportMeter {
                 let Some(tcp) = s.tcp else { continue };
                 if let Some((bytes, retrans, ooo)) = self.last.get(&(p, s.index)) {
                     let moved = tcp.bytes.saturating_sub(*bytes);
+                    let retrans = u64::from(tcp.total_retrans.saturating_sub(*retrans));
+                    let ooo = u64::from(tcp.rcv_out_of_order.saturating_sub(*ooo));
                     d.per_pool[p] += moved;
-                    d.retransmits += u64::from(tcp.total_retrans.saturating_sub(*retrans));
-                    d.out_of_order += u64::from(tcp.rcv_out_of_order.saturating_sub(*ooo));
+                    d.retransmits += retrans;
+                    d.out_of_order += ooo;
                     if s.active {
                         shares.push(moved as f64);
+                        if !tcp.rate_based {
+                            let rtt_s = f64::from(tcp.rtt_us) / 1e6;
+                            let l = loss_events(moved, retrans, ooo, rtt_s, tcp.mss, dt_s);
+                            d.loss.events += l.events;
+                            d.loss.segments += l.segments;
+                        }
                     }
                 } else if s.active {
                     d.fresh_active += 1;
@@ -359,6 +428,24 @@ impl TransportMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loss_is_a_round_trip_of_out_of_order_segments_where_we_receive() {
+        // A session receiving 100 Mbit/s at 100 ms for 0.5 s: 4317 segments
+        // of 1448 bytes, 863 of them a round trip. 1726 segments out of
+        // order: two holes.
+        let l = loss_events(6_250_000, 0, 1726, 0.1, 1448, 0.5);
+        assert!((l.segments - 4316.3).abs() < 1.0, "{l:?}");
+        assert!((l.events - 2.0).abs() < 0.01, "{l:?}");
+        // Where we send, each segment retransmitted is one.
+        let l = loss_events(6_250_000, 3, 0, 0.1, 0, 0.5);
+        assert!((l.events - 3.0).abs() < 1e-9, "{l:?}");
+        // Too little moved, or no time: nothing to tell, never a panic.
+        assert_eq!(loss_events(1000, 5, 500, 0.1, 1448, 0.5), LossCount::default());
+        assert_eq!(loss_events(6_250_000, 5, 500, 0.0, 1448, 0.5), LossCount::default());
+        assert_eq!(loss_events(6_250_000, 5, 500, 0.1, 1448, f64::NAN), LossCount::default());
+        assert!(loss_events(u64::MAX, u64::MAX, u64::MAX, 1e-9, 1, 1e-9).events.is_finite());
+    }
 
     #[test]
     fn jain_index() {
@@ -407,19 +494,19 @@ mod tests {
             }],
         };
         let mut m = TransportMeter::default();
-        assert_eq!(m.delta(&c(vec![s(0, true, 100)])).unwrap().per_pool, vec![0]);
+        assert_eq!(m.delta(&c(vec![s(0, true, 100)]), 1.0).unwrap().per_pool, vec![0]);
         // Session 1 is new: not counted until seen twice, and said so.
-        let d = m.delta(&c(vec![s(0, true, 300), s(1, true, 50)])).unwrap();
+        let d = m.delta(&c(vec![s(0, true, 300), s(1, true, 50)]), 1.0).unwrap();
         assert_eq!((d.per_pool.clone(), d.fresh_active), (vec![200], 1));
-        let d = m.delta(&c(vec![s(0, true, 400), s(1, true, 150)])).unwrap();
+        let d = m.delta(&c(vec![s(0, true, 400), s(1, true, 150)]), 1.0).unwrap();
         assert_eq!((d.per_pool[0], d.fairness, d.fresh_active), (200, Some(1.0), 0));
         // A new idle session (a warm spare) is not an active one missing.
-        let d = m.delta(&c(vec![s(0, true, 500), s(1, true, 250), s(3, false, 9)])).unwrap();
+        let d = m.delta(&c(vec![s(0, true, 500), s(1, true, 250), s(3, false, 9)]), 1.0).unwrap();
         assert_eq!(d.fresh_active, 0);
         let unix = SessionCounters { index: 2, active: true, in_flight: 1, tcp: None };
-        assert!(m.delta(&c(vec![s(0, true, 500), unix])).is_none());
+        assert!(m.delta(&c(vec![s(0, true, 500), unix]), 1.0).is_none());
         let idle = SessionCounters { active: false, ..unix };
-        assert!(m.delta(&c(vec![s(0, true, 600), idle])).is_some());
+        assert!(m.delta(&c(vec![s(0, true, 600), idle]), 1.0).is_some());
     }
 }
 

@@ -77,7 +77,8 @@ mod timing;
 use std::time::{Duration, Instant};
 
 pub use counters::{
-    Counters, PoolCounters, PoolLimits, QUEUE_MIN, QUEUE_SHARE, SMALL_PATH_RTT, SessionCounters, TcpCounters,
+    Counters, DEFAULT_MSS, PoolCounters, PoolLimits, QUEUE_MIN, QUEUE_SHARE, SMALL_PATH_RTT, SessionCounters,
+    TcpCounters,
 };
 pub use plan::{
     IN_FLIGHT_FLOOR, MIN_REQUEST_BYTES, SMALL_PATH_IN_FLIGHT_FLOOR, request_plan, request_plan_with_floor,
@@ -87,9 +88,9 @@ pub use timing::{NEAR_CAPACITY, PROGRESS_SPACING_S, ProgressPoint, RATE_WINDOW_M
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::interval::{IntervalPolicy, PathSnapshot};
-use crate::model::Signals;
+use crate::model::{Signals, loss_limited_rate};
 use crate::tuner::{Phase, Sample, Tuner, TuningReport};
-use counters::TransportMeter;
+use counters::{LossCount, TransportMeter};
 
 /// How long each measurement interval is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -414,6 +415,16 @@ const SETTLED_WINDOW_GROWTH: f64 = 1.25;
 /// with room, once its rate fell over the last two (see [`Settle::mark`]).
 const SETTLE_AFTER_LOSSES: usize = 2;
 
+/// Loss events the intervals with room must add up to before their loss
+/// rate says what a session can carry ([`Signals::loss_cap`]): with fewer,
+/// chance alone moves the estimate by more than half.
+const LOSS_EVENTS_MIN: f64 = 4.0;
+
+/// The weight of an interval with room in the loss count, relative to the
+/// next one's: the count remembers about ten intervals (the path's loss
+/// rate may change; the sessions' windows take seconds to follow it).
+const LOSS_MEMORY: f64 = 0.9;
+
 /// What the counters say at one mark of a settling warm-up.
 #[derive(Debug, Clone, Copy)]
 struct Reading {
@@ -647,6 +658,10 @@ pub struct Controller {
     bursty: bool,
     /// Intervals in a row left out because they lacked sessions.
     partial_run: u32,
+    /// Loss events and segments of the intervals with room, each older
+    /// interval weighing [`LOSS_MEMORY`] times less (see
+    /// [`Signals::loss_cap`]).
+    loss_room: LossCount,
     state: State,
     samples: Vec<IntervalSample>,
     progress: Vec<ProgressPoint>,
@@ -691,7 +706,7 @@ impl Controller {
             }
         };
         let mut meter = TransportMeter::default();
-        let _ = meter.delta(counters);
+        let _ = meter.delta(counters, 0.0);
         let mut c = Controller {
             decision: Decision { active: n, open: n, request_bytes: 0, depth: 0 },
             limits,
@@ -719,6 +734,7 @@ impl Controller {
             path_base_s: None,
             bursty: false,
             partial_run: 0,
+            loss_room: LossCount::default(),
             state: State::Starting { at: now },
             samples: Vec::new(),
             progress: Vec::new(),
@@ -1258,7 +1274,7 @@ impl Controller {
         let dt = now.saturating_duration_since(self.last_t).as_secs_f64();
         let rate = |b: u64| if dt > 0.0 { b as f64 / dt } else { f64::NAN };
         let completed_rate = rate(counters.completed_bytes.saturating_sub(self.last_completed));
-        let transport = self.meter.delta(counters);
+        let transport = self.meter.delta(counters, dt);
         // A copy between two pools runs at the pace of the slower one.
         let transport_rate = transport.as_ref().and_then(|t| t.per_pool.iter().copied().min()).map(rate);
         let goodput = transport_rate.unwrap_or(completed_rate);
@@ -1342,6 +1358,7 @@ impl Controller {
             ending: false,
             standing_queue,
             settled_mbps: None,
+            loss_cap_mbps: None,
             request_bytes: 0,
             depth: 0,
         };
@@ -1356,7 +1373,9 @@ impl Controller {
             let signals = if self.config.signals {
                 // At the user's rate cap the "queue" is the cap's.
                 let base_share = if capped { None } else { counters.base_share_over(self.path_base_s) };
-                Signals { standing_queue, coarse, base_share, losses }
+                let loss_cap = self.loss_cap(counters, standing_queue, transport.as_ref().map(|t| t.loss));
+                sample.loss_cap_mbps = loss_cap.map(|c| c * 8.0 / 1e6);
+                Signals { standing_queue, coarse, base_share, losses, loss_cap }
             } else {
                 Signals::default()
             };
@@ -1429,6 +1448,32 @@ impl Controller {
     }
 
     /// Sets the request size and depth of the decision for its N.
+    /// Adds an interval's loss count to those of the intervals with room
+    /// when it ended with room (`queue` `Some(false)`: losses with a queue
+    /// standing are the queue's). Not only those that began with room too:
+    /// the first sessions' slow start often builds a queue that their
+    /// first random losses drain, and without that interval a leader
+    /// beside another copy had 1.5 events where the knee search began
+    /// (0.01 %). A slow start that overflows a deep queue still has it at
+    /// the interval's end; on a shallow one a full path's losses are its
+    /// sessions' share, which the rate they allow says too. Returns what a session can carry at
+    /// the loss rate they add up to ([`Signals::loss_cap`]): `None` before
+    /// [`LOSS_EVENTS_MIN`] events.
+    fn loss_cap(&mut self, counters: &Counters, queue: Option<bool>, loss: Option<LossCount>) -> Option<f64> {
+        if let (Some(false), Some(l)) = (queue, loss) {
+            self.loss_room = LossCount {
+                events: self.loss_room.events * LOSS_MEMORY + l.events,
+                segments: self.loss_room.segments * LOSS_MEMORY + l.segments,
+            };
+        }
+        let LossCount { events, segments } = self.loss_room;
+        if !(events >= LOSS_EVENTS_MIN && segments > 0.0) {
+            return None;
+        }
+        let base = self.path_base_s.unwrap_or(0.0).max(counters.min_rtt_s());
+        loss_limited_rate(events / segments, base, f64::from(counters.mss()))
+    }
+
     fn size_requests(&mut self, rtt_s: f64) {
         let (request_bytes, depth) = if self.config.size_requests && self.tuner.is_some() {
             let floor = if self.small_path { SMALL_PATH_IN_FLIGHT_FLOOR } else { IN_FLIGHT_FLOOR };

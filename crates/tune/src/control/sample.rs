@@ -85,6 +85,13 @@ pub struct IntervalSample {
     /// [`goodput_mbps`](Self::goodput_mbps), or nothing).
     #[serde(default)]
     pub settled_mbps: Option<f64>,
+    /// What one session of a loss-based congestion control carries at the
+    /// loss rate the sessions met in the intervals that ended with room
+    /// (Mbit/s; [`Signals::loss_cap`](crate::Signals::loss_cap)), once
+    /// enough losses were seen; `None` on a clean path, with BBR, or
+    /// without the model's signals.
+    #[serde(default)]
+    pub loss_cap_mbps: Option<f64>,
     /// Bytes per request on the wire at the end of the interval.
     pub request_bytes: u32,
     /// Requests in flight per session allowed at the end of the interval.

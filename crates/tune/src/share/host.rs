@@ -426,9 +426,15 @@ impl Grant {
 /// probed 8 from that reading, and the budget set at 8 + 1 held both
 /// copies at 4-5 sessions (the leader's search went on down to 3 under
 /// its share) for 10-12 s where ~30 fill the path.
+///
+/// A converged search reports the N it holds, not the interval's `n`: a
+/// search can end away from the point it last measured (the loss rate's N
+/// above the plateau's fewest sessions, the erosion rule's above a knee
+/// probe), and reporting the interval's N set the budget at 17 where the
+/// leader held 64 (two copies, 0.01 % loss).
 pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize, lossy_room: bool) -> (usize, bool) {
     match tuner {
-        Some(t) if t.converged().is_some() => (n, true),
+        Some(t) if let Some(held) = t.converged() => (held, true),
         Some(t) if copies > 1 => t.best_known().map_or((n, false), |b| {
             let c = t.current();
             (if lossy_room { b.max(c) } else { b.min(c) }, true)
@@ -857,7 +863,7 @@ mod tests {
     fn a_knee_probe_with_room_under_random_loss_reports_the_plateau_point() {
         use crate::{Sample, Signals, TunerConfig};
         let cfg = TunerConfig { discard_after_change: false, resample: None, ..TunerConfig::default() };
-        let mut t = Tuner::new(cfg).unwrap();
+        let mut t = Tuner::new(cfg.clone()).unwrap();
         let at = |n: usize, mbit: f64| Sample { n, goodput_bytes_per_s: mbit * 1e6 / 8.0, duration_s: 1.0 };
         let signals =
             |queue: bool| Signals { standing_queue: Some(queue), losses: Some(true), ..Signals::default() };
@@ -870,6 +876,13 @@ mod tests {
         assert_eq!(settled_point(Some(&t), probe, 2, false), (probe, true), "the lower of the two");
         assert_eq!(settled_point(Some(&t), probe, 2, true), (16, true), "random loss with room: the higher");
         assert_eq!(settled_point(Some(&t), probe, 1, true), (probe, false), "alone: not converged");
+        // The same with the loss rate known: the search holds 64 from 16's
+        // reading, and that is what it reports, not the 16 it measured.
+        let mut t = Tuner::new(cfg).unwrap();
+        let signals = |queue: bool| Signals { loss_cap: Some(20e6 / 8.0), ..signals(queue) };
+        assert_eq!(t.observe_with(at(4, 496.0), signals(false)).next_n, 16);
+        assert_eq!(t.observe_with(at(16, 913.0), signals(true)).next_n, 45);
+        assert_eq!(settled_point(Some(&t), 16, 2, false), (45, true));
     }
 
     /// A report with nothing said of the bytes left.

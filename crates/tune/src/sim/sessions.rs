@@ -270,6 +270,8 @@ impl SessionSim {
                     cwnd_bytes: s.window as u64,
                     rcv_space: 0,
                     min_rtt_us: (self.path.rtt_s * 1e6) as u32,
+                    mss: 0,
+                    rate_based: false,
                 }),
             })
             .collect();
@@ -408,8 +410,12 @@ impl SessionSim {
                     }
                 }
             }
-            if self.loss.is_some() && s.lost {
-                s.retransmits += dt / rtt;
+            if let Some((lw, _)) = self.loss {
+                // Segments lost at the rate that holds a loss-based
+                // session's window at `lw` by the model the controller
+                // reads the loss rate with.
+                let mss = f64::from(crate::DEFAULT_MSS);
+                s.retransmits += loss_rate_for(lw / mss, self.path.rtt_s) * r * dt / mss;
             }
             s.window = match self.loss {
                 Some((lw, _)) if s.lost => (s.window * 0.7f64.powf(dt / rtt)).max(lw),
@@ -431,6 +437,20 @@ impl SessionSim {
             }
         }
     }
+}
+
+/// The loss rate at which [`loss_limited_rate`](crate::loss_limited_rate)
+/// gives a session `window` segments at `rtt_s` (bisection on its log).
+fn loss_rate_for(window: f64, rtt_s: f64) -> f64 {
+    let (mut lo, mut hi) = (1e-12f64.ln(), 0.0f64);
+    for _ in 0..60 {
+        let mid = (lo + hi) / 2.0;
+        match crate::loss_limited_rate(mid.exp(), rtt_s, 1.0) {
+            Some(rate) if rate * rtt_s > window => lo = mid,
+            _ => hi = mid,
+        }
+    }
+    hi.exp()
 }
 
 impl SessionSim {
