@@ -97,10 +97,11 @@ struct DemoArgs {
 /// a 1 Gbit/s, 50 ms path: alone, against 1 and 4 iperf3 flows, and 2 and
 /// 4 copies started together, each with `--share fair` and `greedy`, and
 /// 2 and 4 copies sharing the host's budget; alone with 64 KiB requests;
-/// alone and 2 copies on the same path with 0.01 % random loss and with
-/// bbr; a backup against one flow without and with `--ensemble-pacing`:
-/// goodput of each party, N, and Jain's fairness index between the
-/// parties and among each copy's own sessions.
+/// alone and 2 copies (each on its own, and on the host's budget) on the
+/// same path with 0.01 % random loss and with bbr; a backup against one
+/// flow without and with `--ensemble-pacing`: goodput of each party, N,
+/// and Jain's fairness index between the parties and among each copy's
+/// own sessions.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// `quick`, `full`, `iscsi`, `loopback`, `frontend`, `tls`, `faults` or `share`.

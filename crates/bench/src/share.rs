@@ -17,8 +17,8 @@
 //!   coordinator);
 //! - the I/O-intensive case: wanblk alone with 64 KiB requests;
 //! - on the same path with random loss 0.01 %, and with bbr instead of
-//!   cubic (a new emulated path each): wanblk alone, and 2 copies with the
-//!   host's budget;
+//!   cubic (a new emulated path each): wanblk alone, and 2 copies each
+//!   tuning on its own and with the host's budget;
 //! - ensemble pacing: a backup started 3 s after one flow going the same
 //!   way, without and with `--ensemble-pacing`, on the first path and on
 //!   the loss path (there against 2 single flows measured on the loss path
@@ -618,6 +618,9 @@ pub fn run(exe: &Path, opts: &ShareOptions) -> anyhow::Result<()> {
         let mut b = Bench::new(path, &spec, exe, opts.size, label, keep.clone())?;
         show(b.alone(first)?, &mut cases);
         if opts.copies.contains(&2) {
+            // Both scopes, so the host's budget is held against copies
+            // tuning on their own on this path too.
+            show(b.together(2, first, false)?, &mut cases);
             show(b.together(2, first, true)?, &mut cases);
         }
         if opts.ensemble_pacing && spec.loss > 0.0 {

@@ -540,6 +540,20 @@ impl Tuner {
         }
     }
 
+    /// The sessions the best point of this search needs at the loss rate
+    /// the sessions met with room ([`Signals::loss_cap`]): what fills its
+    /// goodput (less the tolerance) once every session keeps only what the
+    /// loss rate allows, at most one jump above that point's N and the
+    /// configured most. `None` without the model or a loss rate. A copy
+    /// held under a share of the host's budget cannot climb there itself;
+    /// its report can say it ([`settled_point`](crate::share::settled_point)).
+    pub fn loss_need(&self) -> Option<usize> {
+        let (m, cap) = (self.cfg.model?, self.loss_cap?);
+        let (&n, &g) = self.measured.iter().max_by(|a, b| a.1.total_cmp(b.1))?;
+        let most = (n as f64 * m.jump.max(1.0)).ceil().min(self.configured_max as f64) as usize;
+        Some(sessions_at(g * (1.0 - self.cfg.tolerance), cap).min(most))
+    }
+
     /// True when the next sample will be discarded as warm-up.
     pub fn next_is_warmup(&self) -> bool {
         self.warmup_pending

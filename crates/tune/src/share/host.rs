@@ -432,15 +432,24 @@ impl Grant {
 /// above the plateau's fewest sessions, the erosion rule's above a knee
 /// probe), and reporting the interval's N set the budget at 17 where the
 /// leader held 64 (two copies, 0.01 % loss).
+///
+/// Under random loss with room, beside other copies, at least the N its
+/// best point needs at the loss rate read ([`Tuner::loss_need`]): a leader
+/// whose first points had a queue (the copies' slow starts) searched down
+/// to 9 before its loss rate was known, and held there by its share of
+/// the budget it could not climb to the 41 the rate then said; the
+/// budget grew by quarters from 18 to 33 over 15 s (0.01 %, share bench).
 pub fn settled_point(tuner: Option<&Tuner>, n: usize, copies: usize, lossy_room: bool) -> (usize, bool) {
-    match tuner {
+    let (point, settled) = match tuner {
         Some(t) if let Some(held) = t.converged() => (held, true),
         Some(t) if copies > 1 => t.best_known().map_or((n, false), |b| {
             let c = t.current();
             (if lossy_room { b.max(c) } else { b.min(c) }, true)
         }),
         _ => (n, false),
-    }
+    };
+    let need = tuner.filter(|_| settled && lossy_room && copies > 1).and_then(Tuner::loss_need);
+    (need.map_or(point, |k| point.max(k)), settled)
 }
 
 /// How a copy's search starts again after an interval, if it does.
@@ -878,11 +887,40 @@ mod tests {
         assert_eq!(settled_point(Some(&t), probe, 1, true), (probe, false), "alone: not converged");
         // The same with the loss rate known: the search holds 64 from 16's
         // reading, and that is what it reports, not the 16 it measured.
-        let mut t = Tuner::new(cfg).unwrap();
+        let mut t = Tuner::new(cfg.clone()).unwrap();
         let signals = |queue: bool| Signals { loss_cap: Some(20e6 / 8.0), ..signals(queue) };
         assert_eq!(t.observe_with(at(4, 496.0), signals(false)).next_n, 16);
         assert_eq!(t.observe_with(at(16, 913.0), signals(true)).next_n, 45);
         assert_eq!(settled_point(Some(&t), 16, 2, false), (45, true));
+        // A leader whose points had a queue searched down before it knew
+        // the loss rate (share bench: 4 full, 8 with room, 32 full at 875,
+        // then 9 under its share). Once the rate is read, with room and
+        // losses its report says what 875 needs at it; without losses
+        // with room, or alone, what it holds.
+        let mut t = Tuner::new(cfg).unwrap();
+        let plain =
+            |queue: bool| Signals { standing_queue: Some(queue), losses: Some(true), ..Signals::default() };
+        let mut n = t.observe_with(at(4, 510.0), plain(true)).next_n;
+        let trail = [(419.0, false), (875.0, true)];
+        for (g, q) in trail {
+            n = t.observe_with(at(n, g), plain(q)).next_n;
+        }
+        assert_eq!(t.loss_need(), None, "no loss rate yet");
+        t.set_ceiling(Some(9));
+        for _ in 0..10 {
+            let step = t.observe_with(at(t.current(), 250.0), signals(false));
+            if t.converged().is_some() {
+                break;
+            }
+            assert!(step.next_n <= 9);
+        }
+        let held = t.converged().expect("held under the ceiling");
+        assert!(held <= 9, "{held}");
+        // 0.97 x 875 / 20 = 42.4.
+        assert_eq!(t.loss_need(), Some(43));
+        assert_eq!(settled_point(Some(&t), held, 2, true), (43, true));
+        assert_eq!(settled_point(Some(&t), held, 2, false), (held, true));
+        assert_eq!(settled_point(Some(&t), held, 1, true), (held, true));
     }
 
     /// A report with nothing said of the bytes left.
