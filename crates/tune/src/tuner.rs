@@ -394,6 +394,9 @@ pub struct Tuner {
     /// The latest [`Signals::loss_cap`] a used sample brought: what a
     /// session can carry at the path's random loss.
     loss_cap: Option<f64>,
+    /// The best point of any search so far (N, goodput): what the path
+    /// carried, kept across re-tuning for [`Tuner::loss_need`].
+    best_point: Option<(usize, f64)>,
     /// Samples averaged into the point being decided on.
     point_count: u32,
     intervals: u64,
@@ -419,6 +422,7 @@ impl Tuner {
             noise_margin: 0.0,
             climbed_past_erosion: false,
             loss_cap: None,
+            best_point: None,
             point_count: 1,
             intervals: 0,
             report: TuningReport {
@@ -540,16 +544,20 @@ impl Tuner {
         }
     }
 
-    /// The sessions the best point of this search needs at the loss rate
+    /// The sessions the best point measured so far needs at the loss rate
     /// the sessions met with room ([`Signals::loss_cap`]): what fills its
     /// goodput (less the tolerance) once every session keeps only what the
     /// loss rate allows, at most one jump above that point's N and the
     /// configured most. `None` without the model or a loss rate. A copy
     /// held under a share of the host's budget cannot climb there itself;
     /// its report can say it ([`settled_point`](crate::share::settled_point)).
+    /// The point is kept across re-tuning: a search restarted under a
+    /// small share measures only what the share lets through (share bench:
+    /// a leader read 849 Mbit/s at 8 sessions, was held at 4-5 and
+    /// searched again there, and its reports named 5-7 for 30 s).
     pub fn loss_need(&self) -> Option<usize> {
         let (m, cap) = (self.cfg.model?, self.loss_cap?);
-        let (&n, &g) = self.measured.iter().max_by(|a, b| a.1.total_cmp(b.1))?;
+        let (n, g) = self.best_point?;
         let most = (n as f64 * m.jump.max(1.0)).ceil().min(self.configured_max as f64) as usize;
         Some(sessions_at(g * (1.0 - self.cfg.tolerance), cap).min(most))
     }
@@ -865,6 +873,9 @@ impl Tuner {
             ..Point::at(n, g)
         };
         self.measured.insert(n, g);
+        if g.is_finite() && self.best_point.is_none_or(|(_, b)| g > b) {
+            self.best_point = Some((n, g));
+        }
         match self.state.clone() {
             State::Up { lower, best: None, may_turn_down } if here.full && n > self.cfg.n_min => {
                 // The model: the path is full at the first point already,

@@ -921,6 +921,16 @@ mod tests {
         assert_eq!(settled_point(Some(&t), held, 2, true), (43, true));
         assert_eq!(settled_point(Some(&t), held, 2, false), (held, true));
         assert_eq!(settled_point(Some(&t), held, 1, true), (held, true));
+        // Held below the peak with room and losses, the search starts
+        // again under the share and forgets its points; the need does not.
+        for _ in 0..10 {
+            if t.converged().is_none() {
+                break;
+            }
+            t.observe_with(at(t.current(), 150.0), signals(false));
+        }
+        assert_eq!(t.converged(), None, "the hold searched again");
+        assert_eq!(t.loss_need(), Some(43));
     }
 
     /// A report with nothing said of the bytes left.
