@@ -556,9 +556,17 @@ impl Tuner {
     /// a leader read 849 Mbit/s at 8 sessions, was held at 4-5 and
     /// searched again there, and its reports named 5-7 for 30 s).
     pub fn loss_need(&self) -> Option<usize> {
-        let (m, cap) = (self.cfg.model?, self.loss_cap?);
         let (n, g) = self.best_point?;
-        let most = (n as f64 * m.jump.max(1.0)).ceil().min(self.configured_max as f64) as usize;
+        Some(self.loss_fill(n, g)?.min(self.configured_max))
+    }
+
+    /// The sessions that carry `g` (less the tolerance) at
+    /// [`Signals::loss_cap`] each, at most one jump above `n` (the point
+    /// that measured `g`): the loss rate is an estimate from a few events.
+    /// `None` without the model or a loss rate.
+    fn loss_fill(&self, n: usize, g: f64) -> Option<usize> {
+        let (m, cap) = (self.cfg.model?, self.loss_cap?);
+        let most = (n as f64 * m.jump.max(1.0)).ceil().min(usize::MAX as f64 / 2.0) as usize;
         Some(sessions_at(g * (1.0 - self.cfg.tolerance), cap).min(most))
     }
 
@@ -1113,15 +1121,7 @@ impl Tuner {
             hi = Point { n: self.cfg.n_max, ..hi };
         }
         let threshold = hi.reference * (1.0 - self.cfg.tolerance);
-        // At most one jump above the plateau's fewest sessions: the loss
-        // rate is an estimate from a few events.
-        let by_loss = match (self.cfg.model, self.loss_cap) {
-            (Some(m), Some(cap)) => {
-                let most = (hi.n as f64 * m.jump.max(1.0)).ceil().min(usize::MAX as f64 / 2.0) as usize;
-                sessions_at(threshold, cap).min(most)
-            }
-            _ => 0,
-        };
+        let by_loss = self.loss_fill(hi.n, hi.reference).unwrap_or(0);
         if by_loss > hi.n {
             // The model: at the loss rate the sessions met with room, a
             // session keeps `loss_cap` once its window has followed the

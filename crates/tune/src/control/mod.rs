@@ -1447,7 +1447,6 @@ impl Controller {
         self.samples.push(sample);
     }
 
-    /// Sets the request size and depth of the decision for its N.
     /// Adds an interval's loss count to those of the intervals with room
     /// when it ended with room (`queue` `Some(false)`: losses with a queue
     /// standing are the queue's). Not only those that began with room too:
@@ -1456,9 +1455,9 @@ impl Controller {
     /// beside another copy had 1.5 events where the knee search began
     /// (0.01 %). A slow start that overflows a deep queue still has it at
     /// the interval's end; on a shallow one a full path's losses are its
-    /// sessions' share, which the rate they allow says too. Returns what a session can carry at
-    /// the loss rate they add up to ([`Signals::loss_cap`]): `None` before
-    /// [`LOSS_EVENTS_MIN`] events.
+    /// sessions' share, which the rate they allow says too. Returns what a
+    /// session can carry at the loss rate they add up to
+    /// ([`Signals::loss_cap`]): `None` before [`LOSS_EVENTS_MIN`] events.
     fn loss_cap(&mut self, counters: &Counters, queue: Option<bool>, loss: Option<LossCount>) -> Option<f64> {
         if let (Some(false), Some(l)) = (queue, loss) {
             self.loss_room = LossCount {
@@ -1474,6 +1473,7 @@ impl Controller {
         loss_limited_rate(events / segments, base, f64::from(counters.mss()))
     }
 
+    /// Sets the request size and depth of the decision for its N.
     fn size_requests(&mut self, rtt_s: f64) {
         let (request_bytes, depth) = if self.config.size_requests && self.tuner.is_some() {
             let floor = if self.small_path { SMALL_PATH_IN_FLIGHT_FLOOR } else { IN_FLIGHT_FLOOR };

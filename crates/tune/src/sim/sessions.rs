@@ -80,8 +80,9 @@ pub struct SessionSim {
     /// Round trips a new session needs to connect.
     connect_rtts: f64,
     /// Random loss: (the loss-limited window, bytes; how far slow start
-    /// overshoots it before the first loss).
-    loss: Option<(f64, f64)>,
+    /// overshoots it before the first loss; the loss rate per segment that
+    /// holds a session there, [`loss_rate_for`]).
+    loss: Option<(f64, f64, f64)>,
     /// A bursty server (see [`SessionSim::with_bursts`]).
     bursts: Option<Bursts>,
 }
@@ -153,7 +154,7 @@ impl SessionSim {
     /// Random loss holds each connection's window to `window` bytes; slow
     /// start overshoots to `overshoot` times that before its first loss.
     pub fn with_loss_window(mut self, window: f64, overshoot: f64) -> Self {
-        self.loss = Some((window, overshoot));
+        self.loss = Some(random_loss(window, overshoot, self.path.rtt_s));
         self
     }
 
@@ -203,6 +204,7 @@ impl SessionSim {
     /// The path changes now (e.g. a longer route).
     pub fn set_path(&mut self, path: FlowModel) {
         self.path = path;
+        self.loss = self.loss.map(|(window, overshoot, _)| random_loss(window, overshoot, self.path.rtt_s));
     }
 
     /// The path.
@@ -290,7 +292,7 @@ impl SessionSim {
     /// Goodput with `n` sessions at their full window, bytes per second:
     /// what a fixed N reaches once slow start is over.
     pub fn steady_goodput(&self, n: usize) -> f64 {
-        let w = self.loss.map_or(self.path.window_bytes, |(lw, _)| lw.min(self.path.window_bytes));
+        let w = self.loss.map_or(self.path.window_bytes, |(lw, _, _)| lw.min(self.path.window_bytes));
         let windows = vec![w; n];
         self.rates(&windows).iter().sum()
     }
@@ -410,16 +412,15 @@ impl SessionSim {
                     }
                 }
             }
-            if let Some((lw, _)) = self.loss {
+            if let Some((_, _, p)) = self.loss {
                 // Segments lost at the rate that holds a loss-based
                 // session's window at `lw` by the model the controller
                 // reads the loss rate with.
-                let mss = f64::from(crate::DEFAULT_MSS);
-                s.retransmits += loss_rate_for(lw / mss, self.path.rtt_s) * r * dt / mss;
+                s.retransmits += p * r * dt / f64::from(crate::DEFAULT_MSS);
             }
             s.window = match self.loss {
-                Some((lw, _)) if s.lost => (s.window * 0.7f64.powf(dt / rtt)).max(lw),
-                Some((lw, overshoot)) => {
+                Some((lw, _, _)) if s.lost => (s.window * 0.7f64.powf(dt / rtt)).max(lw),
+                Some((lw, overshoot, _)) => {
                     let w = s.window * (dt / rtt).exp2();
                     s.lost = w >= lw * overshoot;
                     w
@@ -437,6 +438,12 @@ impl SessionSim {
             }
         }
     }
+}
+
+/// [`SessionSim::loss`] for a loss-limited `window` (bytes) and slow
+/// start's `overshoot` of it at `rtt_s`.
+fn random_loss(window: f64, overshoot: f64, rtt_s: f64) -> (f64, f64, f64) {
+    (window, overshoot, loss_rate_for(window / f64::from(crate::DEFAULT_MSS), rtt_s))
 }
 
 /// The loss rate at which [`loss_limited_rate`](crate::loss_limited_rate)
