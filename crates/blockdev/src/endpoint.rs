@@ -304,6 +304,16 @@ pub trait Endpoint: Send + Sync {
         let _ = bytes_per_s;
     }
 
+    /// How far this session's sending runs ahead of the network, if known
+    /// (TCP sessions that queue their requests' bytes themselves). The
+    /// pool gives a session more work only while it has room to send
+    /// (`Pool`'s send room), so written data waits in the pool's queue,
+    /// where any session can take it, rather than behind one session's
+    /// window. `None` (the default): always room.
+    fn send_backlog(&self) -> Option<SendBacklog> {
+        None
+    }
+
     /// Caps the window every TCP connection of this session advertises
     /// (`TCP_WINDOW_CLAMP`), so its peer keeps at most that many bytes in
     /// flight towards us; `None` lifts the cap. Only what we receive is
@@ -311,6 +321,20 @@ pub trait Endpoint: Send + Sync {
     fn set_window_clamp(&self, bytes: Option<u64>) {
         let _ = bytes;
     }
+}
+
+/// How far a session's sending runs ahead of what the network takes
+/// ([`Endpoint::send_backlog`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendBacklog {
+    /// Bytes taken from callers and not yet sent: queued in user space, or
+    /// in the socket and not yet on the wire (`tcpi_notsent_bytes`).
+    pub unsent_bytes: u64,
+    /// The congestion window in bytes (`tcpi_snd_cwnd x tcpi_snd_mss`):
+    /// what the connection sends per round trip while it can.
+    pub cwnd_bytes: u64,
+    /// Smoothed round-trip time, microseconds (0: unknown).
+    pub rtt_us: u32,
 }
 
 /// Opens sessions to one store. The pool calls [`Connector::connect`] once

@@ -11,5 +11,6 @@ pub mod local;
 pub mod pool;
 
 pub use endpoint::{
-    BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,
+    BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, SendBacklog,
+    TcpInfo,
 };

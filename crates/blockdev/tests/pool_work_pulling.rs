@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Behaviour, Gate, TestConnector, assert_data, data, within};
-use wanblk_blockdev::Endpoint;
 use wanblk_blockdev::pool::{Hedge, Pool, PoolConfig};
+use wanblk_blockdev::{Endpoint, SendBacklog};
 
 /// Sessions of `behaviours(stuck, start)` (one each), one request slot
 /// each, requests of `request` bytes: session 0 must hold the first request
@@ -96,6 +96,37 @@ async fn a_slow_session_carries_less() {
     assert_data(&within("the read", read).await.unwrap().unwrap(), 0, 1);
     let per: Vec<u64> = pool.snapshot().sessions.iter().map(|s| s.completed_bytes).collect();
     assert!(per[0] <= 64 << 10, "the stuck session carried more than its one request: {per:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_no_room_to_send_takes_no_more_work() {
+    // Session 0 holds the first write it takes and says its socket is
+    // far ahead of its window (8 MiB unsent on a 1.4 MB window at 100 ms);
+    // each session has four slots. Session 0 must take no second write
+    // while session 1 carries all the others: without send room it would
+    // take one per slot and the wait below would fail.
+    // Session 1 starts once session 0 holds its write (or it could carry
+    // everything before session 0 took one).
+    let (stuck, start) = (Gate::new(), Gate::new());
+    let far_ahead = SendBacklog { unsent_bytes: 8 << 20, cwnd_bytes: 1_400_000, rtt_us: 100_000 };
+    let behaviours =
+        vec![Behaviour { backlog: Some(far_ahead), ..Behaviour::gated(&stuck) }, Behaviour::gated(&start)];
+    let c = TestConnector::new(4 << 20, behaviours);
+    let cfg =
+        PoolConfig { initial_sessions: 2, max_request_bytes: 64 << 10, max_depth: 4, ..Default::default() };
+    let pool = Arc::new(Pool::open(c.clone(), cfg).await.unwrap());
+    let write = tokio::spawn({
+        let p = Arc::clone(&pool);
+        async move { p.write(0, data(0, 2 << 20, 3), false).await }
+    });
+    c.wait_for("session 0 holds a write", |c| c.running(0) == 1).await;
+    start.open();
+    c.wait_for("session 1 carries all but the held write", |c| c.completed(1) >= (2 << 20) - (64 << 10))
+        .await;
+    assert_eq!(c.started(0), 1, "the session without room took more than its first write");
+    stuck.open();
+    within("the write", write).await.unwrap().unwrap();
+    assert_data(&pool.read(0, 2 << 20).await.unwrap(), 0, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,7 @@ mod hedging;
 mod ledger;
 mod queue;
 mod reconnect;
+mod send_room;
 mod side;
 mod snapshot;
 mod worker;

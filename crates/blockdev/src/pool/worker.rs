@@ -16,6 +16,7 @@ use super::config::Hedge;
 use super::hedging::HEDGE_POLL;
 use super::ledger::Data;
 use super::queue::{Done, Job, Op, execute};
+use super::send_room;
 use super::{Session, Shared, lock};
 use crate::endpoint::{EndpointError, Result};
 
@@ -24,6 +25,14 @@ impl Shared {
     /// the slot is within the depth asked for ([`Pool::set_depth`](super::Pool::set_depth)).
     fn slot_open(&self, session: &Session, slot: usize) -> bool {
         session.active.load(Ordering::SeqCst) && slot < self.depth.load(Ordering::SeqCst)
+    }
+
+    /// How long a slot of `session`, which has requests in flight, waits
+    /// before it looks for work again when the session has no room to send
+    /// ([`send_room`]); `None` when it may take work.
+    fn send_wait(&self, session: &Session) -> Option<Duration> {
+        let b = session.endpoint.send_backlog().filter(|b| !send_room::has_room(b))?;
+        Some(send_room::poll(&b))
     }
 
     /// How long `op` may take before its session is taken for stuck.
@@ -113,6 +122,15 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
             }
             continue;
         }
+        if session.in_flight.load(Ordering::Relaxed) > 0
+            && let Some(wait) = shared.send_wait(&session)
+        {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                r = roles.changed() => if r.is_err() { return },
+            }
+            continue;
+        }
         let waiting = Instant::now();
         let job = tokio::select! {
             j = shared.pop() => match j { Some(j) => j, None => return },
@@ -138,10 +156,22 @@ pub(super) async fn worker(shared: Arc<Shared>, session: Arc<Session>, slot: usi
         if job.reply.is_done() {
             continue;
         }
+        // The slots of one session wait for work together; the others may
+        // have taken theirs while this one waited. Claimed first, so two
+        // slots taking work at once cannot both see the session empty.
+        let others = session.in_flight.fetch_add(1, Ordering::Relaxed);
+        if !job.hedge
+            && others > 0
+            && let Some(wait) = shared.send_wait(&session)
+        {
+            session.in_flight.fetch_sub(1, Ordering::Relaxed);
+            shared.push(job, true);
+            tokio::time::sleep(wait).await;
+            continue;
+        }
         let started = Instant::now();
         let id = shared.started(session.index, &job, started);
         job.reply.running.fetch_add(1, Ordering::SeqCst);
-        session.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = shared.run(&*session.endpoint, &job.op).await;
         session.in_flight.fetch_sub(1, Ordering::Relaxed);
         job.reply.running.fetch_sub(1, Ordering::SeqCst);

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::watch;
 use wanblk_blockdev::local::{Fill, MemoryEndpoint};
-use wanblk_blockdev::{Capabilities, Connector, Endpoint, EndpointError, Extent, Result};
+use wanblk_blockdev::{Capabilities, Connector, Endpoint, EndpointError, Extent, Result, SendBacklog};
 
 /// How long a test waits for an event before it fails (far longer than
 /// any event takes, even on a busy machine: only a bug reaches it).
@@ -65,6 +65,8 @@ pub struct Behaviour {
     /// `close` waits for the requests in flight, as a real session's does
     /// (by default it returns at once); `abort` fails them either way.
     pub close_waits: bool,
+    /// What `send_backlog` reports (`None`: unknown, always room).
+    pub backlog: Option<SendBacklog>,
 }
 
 impl Behaviour {
@@ -291,6 +293,9 @@ impl TestSession {
 impl Endpoint for TestSession {
     fn name(&self) -> &str {
         "test://store"
+    }
+    fn send_backlog(&self) -> Option<SendBacklog> {
+        self.b.backlog
     }
     async fn close(&self) -> Result<()> {
         self.probe.update(self.index, |c, i| c.closes[i] += 1);

@@ -24,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use wanblk_blockdev::{
-    BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, TcpInfo,
+    BlockSizes, Capabilities, Connector, Endpoint, EndpointError, ErrorKind, Extent, Result, SendBacklog,
+    TcpInfo,
 };
 use wanblk_nbd_proto::consts::{DEFAULT_MAX_PAYLOAD, STATE_HOLE, STATE_ZERO, tflags};
 use wanblk_nbd_proto::{
@@ -340,6 +341,9 @@ struct State {
     shutdown: bool,
     writer_exited: bool,
     reader_exited: bool,
+    /// Bytes the writer took from `client` and has not yet written into
+    /// the socket (see [`Endpoint::send_backlog`]).
+    writing: u64,
 }
 
 struct Shared {
@@ -430,6 +434,7 @@ impl NbdSession {
                 closing: false,
                 shutdown: false,
                 writer_exited: false,
+                writing: 0,
                 reader_exited: false,
             }),
             wake_writer: Notify::new(),
@@ -518,6 +523,7 @@ async fn writer<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut w: W) {
         let (shutdown, dead) = {
             let mut st = shared.lock();
             segs.extend(std::iter::from_fn(|| st.client.poll_transmit()));
+            st.writing = segs.iter().map(|b| b.len() as u64).sum();
             (st.shutdown, st.dead.is_some())
         };
         if dead && !shutdown {
@@ -817,6 +823,20 @@ impl Endpoint for NbdSession {
             .and_then(|fd| wanblk_sys::tcp::tcp_info(fd.as_fd()).ok())
             .into_iter()
             .collect()
+    }
+
+    fn send_backlog(&self) -> Option<SendBacklog> {
+        let fd = self.shared.tcp.as_ref()?;
+        let info = wanblk_sys::tcp::tcp_info(fd.as_fd()).ok()?;
+        let queued = {
+            let st = self.shared.lock();
+            st.client.queued_bytes() as u64 + st.writing
+        };
+        Some(SendBacklog {
+            unsent_bytes: queued + u64::from(info.notsent_bytes),
+            cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
+            rtt_us: info.rtt_us,
+        })
     }
 
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {
