@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use wanblk_blockdev::{BlockSizes, Capabilities, Endpoint, EndpointError, ErrorKind, Result, TcpInfo};
+use wanblk_blockdev::{
+    BlockSizes, Capabilities, Endpoint, EndpointError, ErrorKind, Result, SendBacklog, TcpInfo,
+};
 use wanblk_iscsi_proto::keys::Params;
 use wanblk_iscsi_proto::scsi::{self, Sense};
 use wanblk_iscsi_proto::{Command, CommandError, ConnError, DataDir, Outcome};
@@ -521,6 +523,15 @@ impl Endpoint for IscsiEndpoint {
 
     fn tcp_info(&self) -> Vec<TcpInfo> {
         wanblk_sys::tcp::tcp_info(self.link.fd()).map(|t| vec![t]).unwrap_or_default()
+    }
+
+    fn send_backlog(&self) -> Option<SendBacklog> {
+        let info = wanblk_sys::tcp::tcp_info(self.link.fd()).ok()?;
+        Some(SendBacklog {
+            unsent_bytes: self.link.unsent_bytes() + u64::from(info.notsent_bytes),
+            cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
+            rtt_us: info.rtt_us,
+        })
     }
 
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,9 @@ pub(crate) struct Link {
     fd: OwnedFd,
     closed: AtomicBool,
     failed: AtomicBool,
+    /// Bytes of the batch the writer took and has not yet written into
+    /// the socket (see [`Link::unsent_bytes`]).
+    writing: AtomicU64,
 }
 
 impl Link {
@@ -102,6 +105,7 @@ impl Link {
             fd,
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            writing: AtomicU64::new(0),
         });
         {
             let mut m = link.window.members();
@@ -130,6 +134,12 @@ impl Link {
     /// The negotiated values.
     pub(crate) fn params(&self) -> wanblk_iscsi_proto::Params {
         self.lock().conn.params().clone()
+    }
+
+    /// Bytes queued and not yet written into the socket: the connection's
+    /// queue and the writer's batch in hand.
+    pub(crate) fn unsent_bytes(&self) -> u64 {
+        self.lock().conn.queued_bytes() + self.writing.load(Ordering::Relaxed)
     }
 
     /// Commands in flight.
@@ -434,6 +444,9 @@ async fn writer(link: Arc<Link>, wr: OwnedWriteHalf) {
                     None => break,
                 }
             }
+            // Set under the lock that took them out of the queue, so a
+            // reader of `unsent_bytes` never misses or doubles them.
+            link.writing.store(bytes as u64, Ordering::Relaxed);
             v
         };
         if batch.is_empty() {
@@ -459,5 +472,6 @@ async fn writer(link: Arc<Link>, wr: OwnedWriteHalf) {
                 }
             }
         }
+        link.writing.store(0, Ordering::Relaxed);
     }
 }

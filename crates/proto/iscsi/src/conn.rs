@@ -320,6 +320,8 @@ pub struct Connection {
     /// Queued Data-Out PDUs, tagged with their task, so they can be
     /// dropped if the task ends first (a target may answer a write early).
     data_out: VecDeque<(TxTag, OutPdu)>,
+    /// Wire bytes of the PDUs in `tx` and `data_out` ([`Connection::queued_bytes`]).
+    queued: u64,
     events: VecDeque<Event>,
     phase: Phase,
 }
@@ -345,6 +347,7 @@ impl Connection {
             tmfs: HashMap::new(),
             tx: VecDeque::new(),
             data_out: VecDeque::new(),
+            queued: 0,
             events: VecDeque::new(),
             phase: Phase::FullFeature,
         }
@@ -487,7 +490,7 @@ impl Connection {
             }
             _ => (TaskKind::Read { segments: Vec::new(), received: 0, next_data_sn: 0 }, Bytes::new()),
         };
-        self.tx.push_back(self.codec.encode(&header, imm_data));
+        self.push_tx(self.codec.encode(&header, imm_data));
         if let TaskKind::Write(w) = &kind
             && unsolicited > immediate
         {
@@ -527,7 +530,7 @@ impl Connection {
                 ref_cmd_sn,
                 exp_data_sn: 0,
             });
-            self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+            self.push_tx(self.codec.encode(&h, Bytes::new()));
         }
         Ok(itts.len())
     }
@@ -572,7 +575,9 @@ impl Connection {
             });
             // The last PDU of a solicited sequence ends its R2T.
             let tag = TxTag { task: itt, ends_r2t: off + n == to && r2t_ttt.is_some() };
-            self.data_out.push_back((tag, self.codec.encode(&h, data.slice(off..off + n))));
+            let pdu = self.codec.encode(&h, data.slice(off..off + n));
+            self.queued += pdu.wire_len() as u64;
+            self.data_out.push_back((tag, pdu));
             off += n;
             data_sn = data_sn.wrapping_add(1);
         }
@@ -595,7 +600,7 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        self.push_tx(self.codec.encode(&h, Bytes::new()));
         Ok(itt)
     }
 
@@ -622,7 +627,7 @@ impl Connection {
             cmd_sn: window.current(),
             exp_stat_sn: self.exp_stat_sn,
         });
-        self.tx.push_back(self.codec.encode(&h, Bytes::new()));
+        self.push_tx(self.codec.encode(&h, Bytes::new()));
         self.phase = Phase::LoggingOut { itt };
         Ok(())
     }
@@ -638,15 +643,39 @@ impl Connection {
     /// counts against MaxOutstandingR2T).
     pub fn poll_transmit(&mut self) -> Option<OutPdu> {
         if let Some(pdu) = self.tx.pop_front() {
+            self.queued = self.queued.saturating_sub(pdu.wire_len() as u64);
             return Some(pdu);
         }
         let (tag, pdu) = self.data_out.pop_front()?;
+        self.queued = self.queued.saturating_sub(pdu.wire_len() as u64);
         if tag.ends_r2t
             && let Some(Task { kind: TaskKind::Write(w), .. }) = self.tasks.get_mut(&tag.task)
         {
             w.outstanding_r2t = w.outstanding_r2t.saturating_sub(1);
         }
         Some(pdu)
+    }
+
+    /// Bytes queued to be written (PDUs, headers included): what the
+    /// driver reports as the session's send backlog, so a session whose
+    /// window is behind takes no more writes. The part of a write the
+    /// target has not asked for yet is not counted: it waits for the
+    /// target's R2T, not for this connection's window.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued
+    }
+
+    /// [`Connection::queued_bytes`] counted over the queues.
+    fn queued_now(&self) -> u64 {
+        let tx: usize = self.tx.iter().map(OutPdu::wire_len).sum();
+        let data: usize = self.data_out.iter().map(|(_, p)| p.wire_len()).sum();
+        (tx + data) as u64
+    }
+
+    /// Queues a PDU other than Data-Out.
+    fn push_tx(&mut self, pdu: OutPdu) {
+        self.queued += pdu.wire_len() as u64;
+        self.tx.push_back(pdu);
     }
 
     /// PDUs waiting to be written.
@@ -676,6 +705,7 @@ impl Connection {
         self.tmfs.clear();
         self.tx.clear();
         self.data_out.clear();
+        self.queued = 0;
         self.phase = Phase::Failed(err);
     }
 
@@ -705,6 +735,7 @@ impl Connection {
     fn drop_pending_data(&mut self, itt: u32) {
         if self.data_out.iter().any(|(t, _)| t.task == itt) {
             self.data_out.retain(|(t, _)| t.task != itt);
+            self.queued = self.queued_now();
         }
     }
 
@@ -922,7 +953,7 @@ impl Connection {
                 cmd_sn: window.current(),
                 exp_stat_sn: self.exp_stat_sn,
             });
-            self.tx.push_back(self.codec.encode(&out, data));
+            self.push_tx(self.codec.encode(&out, data));
         }
         Ok(())
     }

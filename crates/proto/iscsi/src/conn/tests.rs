@@ -396,6 +396,7 @@ fn early_answer_to_a_write_drops_its_queued_data() {
     let sense = [0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0];
     let mut input = t.response(itt, status::CHECK_CONDITION, &sense);
     c.handle_input(&mut input, &mut w).unwrap();
+    assert_eq!(c.queued_bytes(), c.queued_now(), "the dropped Data-Out are no longer counted");
     let sent = t.drain(&mut c);
     let kinds: Vec<Opcode> = sent.iter().map(|p| p.header.opcode()).collect();
     assert_eq!(kinds, vec![Opcode::ScsiCommand, Opcode::ScsiCommand], "the 3 Data-Out PDUs are gone");
@@ -572,11 +573,13 @@ proptest::proptest! {
                 break;
             }
             sn = this_sn + 1;
+            proptest::prop_assert_eq!(c.queued_bytes(), c.queued_now(), "the queued count drifted");
             if drain {
                 count(&mut c);
             }
         }
         count(&mut c);
+        proptest::prop_assert_eq!(c.queued_bytes(), 0);
         proptest::prop_assert!(sent.iter().all(|&n| n <= 1), "a byte went out twice");
     }
 }
@@ -714,4 +717,36 @@ fn login_tags_stay_in_their_connections_range() {
         let itt = c.start_command(Command { cdb: scsi::read16(0, 8), dir: DataDir::Read(4096) }, 1).unwrap();
         assert_eq!(itt, u32::from(cid) << 16 | 1);
     }
+}
+
+#[test]
+fn queued_bytes_count_the_pdus_not_yet_handed_out() {
+    // 20000 bytes: 4096 immediate, 4096 unsolicited, 11808 waiting for R2Ts.
+    let mut c = Connection::new(params(), 0, 0);
+    let mut w = CmdWindow::new(1, 1, 10);
+    let t = Target::new();
+    assert_eq!(c.queued_bytes(), 0);
+    let data = Bytes::from(vec![5u8; 20000]);
+    let itt =
+        c.start_command(Command { cdb: scsi::write16(0, 40, false), dir: DataDir::Write(data) }, 1).unwrap();
+    let header = BHS_LEN as u64;
+    assert_eq!(c.queued_bytes(), 2 * (header + 4096));
+    t.drain(&mut c);
+    assert_eq!(c.queued_bytes(), 0, "what no R2T asked for yet is not queued");
+    let mut b = r2t_bytes(&t, itt, 0, 8192, 8192);
+    c.handle_input(&mut b, &mut w).unwrap();
+    // The R2T's 8192 bytes are queued as two Data-Out PDUs of 4096.
+    assert_eq!(c.queued_bytes(), 2 * (header + 4096));
+    t.drain_n(&mut c, 1);
+    assert_eq!(c.queued_bytes(), header + 4096);
+    assert_eq!(c.queued_bytes(), c.queued_now());
+    // A command queued meanwhile counts too.
+    c.start_command(read_cmd(512), 2).unwrap();
+    assert_eq!(c.queued_bytes(), header + header + 4096);
+    t.drain(&mut c);
+    assert_eq!(c.queued_bytes(), 0);
+    // A failed connection holds nothing.
+    c.start_command(read_cmd(512), 3).unwrap();
+    c.fail(ConnError::Closed("test".into()));
+    assert_eq!(c.queued_bytes(), 0);
 }
