@@ -15,12 +15,19 @@ mod resume;
 mod signals;
 mod units;
 
+/// The log filter without `--log`. fuser logs as an error every reply the
+/// kernel no longer waits for: a reader killed mid-read (`dd` stopped by a
+/// signal) made `mount` print "Failed to send FUSE reply: No such file or
+/// directory". Nothing is lost there, and a reply we fail to make right
+/// reaches the application as its I/O error anyway.
+const DEFAULT_LOG: &str = "warn,fuser=error,fuser::reply=off";
+
 /// wanblk: move block storage across long-fat networks over many tuned sessions.
 #[derive(Debug, Parser)]
 #[command(name = "wanblk", version, about, long_about = None, after_help = cmd::help::MAIN_AFTER)]
 struct Cli {
     /// Log filter (e.g. `info`, `wanblk_blockdev=debug`); also read from RUST_LOG.
-    #[arg(long, global = true, env = "RUST_LOG", default_value = "warn,fuser=error")]
+    #[arg(long, global = true, env = "RUST_LOG", default_value = DEFAULT_LOG)]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -96,5 +103,39 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_default_log_filter_keeps_fuse_errors_but_not_replies_nobody_waits_for() {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(super::DEFAULT_LOG))
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "fuser::reply", "Failed to send FUSE reply");
+            tracing::error!(target: "fuser::session", "a session error");
+            tracing::warn!(target: "fuser::session", "a session warning");
+            tracing::warn!(target: "wanblk", "our warning");
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains("FUSE reply"), "{text}");
+        assert!(text.contains("a session error") && text.contains("our warning"), "{text}");
+        assert!(!text.contains("a session warning"), "{text}");
     }
 }
