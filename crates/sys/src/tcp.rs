@@ -1,6 +1,7 @@
 //! TCP socket introspection and tuning: `TCP_INFO`, `TCP_CONGESTION`,
 //! `SO_MAX_PACING_RATE`, `SO_RCVLOWAT`, `TCP_NOTSENT_LOWAT`, and [`TcpOptions`], the options every connection
-//! wanblk opens or accepts gets from [`apply`].
+//! wanblk opens or accepts gets from [`apply`]; and the namespace's restart
+//! after idle ([`idle_restart`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -392,6 +393,32 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
     Ok(())
 }
 
+/// The network namespace's TCP settings that decide how a connection
+/// restarts after idling (read from `/proc/sys/net/ipv4`, which shows the
+/// namespace of the reading process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleRestart {
+    /// `tcp_slow_start_after_idle`: a connection idle for an RTO starts
+    /// again from its initial window (loss-based congestion controls only;
+    /// bbr paces from its bandwidth estimate instead).
+    pub slow_start_after_idle: bool,
+    /// `tcp_congestion_control`: what a socket that does not choose gets.
+    pub default_congestion: String,
+}
+
+/// Reads [`IdleRestart`]; `None` where `/proc/sys/net/ipv4` cannot be read
+/// or says something unexpected.
+pub fn idle_restart() -> Option<IdleRestart> {
+    let read = |name: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok();
+    let slow_start_after_idle = match read("tcp_slow_start_after_idle")?.trim() {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    let default_congestion = read("tcp_congestion_control")?.trim().to_string();
+    Some(IdleRestart { slow_start_after_idle, default_congestion })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,5 +556,11 @@ mod tests {
     fn non_tcp_socket_is_an_error() {
         let f = std::fs::File::open("/dev/null").unwrap();
         assert!(tcp_info(f.as_fd()).is_err());
+    }
+
+    #[test]
+    fn the_namespace_says_how_connections_restart_after_idle() {
+        let r = idle_restart().expect("/proc/sys/net/ipv4 on Linux");
+        assert!(!r.default_congestion.is_empty() && r.default_congestion.is_ascii());
     }
 }

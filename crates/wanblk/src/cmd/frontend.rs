@@ -49,6 +49,8 @@ impl CacheArgs {
 pub(crate) struct Opened {
     pub(crate) front: Arc<FrontEnd>,
     remote: Remote,
+    /// The congestion control asked for (`--congestion`), if any.
+    congestion: Option<String>,
 }
 
 impl Opened {
@@ -88,7 +90,7 @@ impl Opened {
                 }
             });
         }
-        Ok(Opened { front, remote })
+        Ok(Opened { front, remote, congestion: session.congestion.clone() })
     }
 
     /// Writes back everything pending, stops tuning and closes the sessions.
@@ -113,6 +115,76 @@ impl Opened {
                 100.0 * busy.iter().sum::<f64>() / busy.len() as f64
             );
         }
+        let paced = summary.demand.iter().filter(|d| d.demand_limited).count();
+        let mut rtts: Vec<f64> =
+            summary.samples.iter().map(|s| s.rtt_ms).filter(|r| r.is_finite() && *r > 0.0).collect();
+        rtts.sort_by(f64::total_cmp);
+        let rtt_ms = rtts.get(rtts.len() / 2).copied();
+        if let Some(note) =
+            idle_restart_note(wanblk_sys::tcp::idle_restart(), self.congestion.as_deref(), rtt_ms, paced)
+        {
+            eprintln!("wanblk: note: {note}");
+        }
         closed.context("writing back pending writes")
+    }
+}
+
+/// Below this round trip a restart from slow start costs a few milliseconds.
+const IDLE_RESTART_RTT_MS: f64 = 10.0;
+
+/// A note for the end of a front end's run whose clients paused between
+/// bursts (`paced` intervals they set the pace in) on a path of `rtt_ms`
+/// (median), when the namespace restarts an idle connection from slow start
+/// (`restart`) and the sessions' congestion control (`congestion`, else the
+/// namespace's default) is loss-based: every burst after a pause then starts
+/// at 10 segments. Measured (docs/results/frontend, run 17): ext4 write +
+/// sync of 256 MiB at 100 ms RTT, 0.59-0.70 of the link with it, 0.71-0.73
+/// without.
+fn idle_restart_note(
+    restart: Option<wanblk_sys::tcp::IdleRestart>,
+    congestion: Option<&str>,
+    rtt_ms: Option<f64>,
+    paced: usize,
+) -> Option<String> {
+    let restart = restart.filter(|r| r.slow_start_after_idle)?;
+    let rtt = rtt_ms.filter(|r| *r >= IDLE_RESTART_RTT_MS)?;
+    let cc = congestion.unwrap_or(&restart.default_congestion);
+    // bbr paces a restart from its bandwidth estimate, not from slow start.
+    if paced == 0 || cc.starts_with("bbr") {
+        return None;
+    }
+    Some(format!(
+        "the clients paused between bursts, and after each pause {cc} started the sessions again from \
+         slow start (net.ipv4.tcp_slow_start_after_idle = 1 here), some 7 round trips ({:.1} s at {rtt:.0} ms) a burst; \
+         `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` keeps their windows (for every TCP connection \
+         of this network namespace; see docs/frontend.md)",
+        rtt * 7.0 / 1000.0
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wanblk_sys::tcp::IdleRestart;
+
+    fn ns(on: bool, cc: &str) -> Option<IdleRestart> {
+        Some(IdleRestart { slow_start_after_idle: on, default_congestion: cc.into() })
+    }
+
+    #[test]
+    fn the_idle_restart_note_is_for_paused_bursts_of_loss_based_sessions_on_long_paths() {
+        let note = idle_restart_note(ns(true, "cubic"), None, Some(100.0), 3).expect("a note");
+        assert!(note.contains("cubic") && note.contains("tcp_slow_start_after_idle=0"), "{note}");
+        assert!(note.contains("(0.7 s at 100 ms)"), "{note}");
+        // --congestion wins over the namespace's default.
+        assert!(idle_restart_note(ns(true, "bbr"), Some("cubic"), Some(100.0), 3).is_some());
+        assert_eq!(idle_restart_note(ns(true, "cubic"), Some("bbr"), Some(100.0), 3), None);
+        assert_eq!(idle_restart_note(ns(true, "bbr"), None, Some(100.0), 3), None);
+        // Already off, unknown, a short path, no RTT, or clients that never paused.
+        assert_eq!(idle_restart_note(ns(false, "cubic"), None, Some(100.0), 3), None);
+        assert_eq!(idle_restart_note(None, None, Some(100.0), 3), None);
+        assert_eq!(idle_restart_note(ns(true, "cubic"), None, Some(2.0), 3), None);
+        assert_eq!(idle_restart_note(ns(true, "cubic"), None, None, 3), None);
+        assert_eq!(idle_restart_note(ns(true, "cubic"), None, Some(100.0), 0), None);
     }
 }
