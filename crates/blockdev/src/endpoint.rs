@@ -337,6 +337,18 @@ pub struct SendBacklog {
     pub rtt_us: u32,
 }
 
+impl SendBacklog {
+    /// A TCP session's backlog: `queued` bytes it holds in user space, and
+    /// its socket's unsent bytes, window and RTT from `info`.
+    pub fn of_tcp(queued: u64, info: &TcpInfo) -> SendBacklog {
+        SendBacklog {
+            unsent_bytes: queued + u64::from(info.notsent_bytes),
+            cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
+            rtt_us: info.rtt_us,
+        }
+    }
+}
+
 /// Opens sessions to one store. The pool calls [`Connector::connect`] once
 /// per parallel session.
 #[async_trait]

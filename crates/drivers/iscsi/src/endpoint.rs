@@ -527,11 +527,7 @@ impl Endpoint for IscsiEndpoint {
 
     fn send_backlog(&self) -> Option<SendBacklog> {
         let info = wanblk_sys::tcp::tcp_info(self.link.fd()).ok()?;
-        Some(SendBacklog {
-            unsent_bytes: self.link.unsent_bytes() + u64::from(info.notsent_bytes),
-            cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
-            rtt_us: info.rtt_us,
-        })
+        Some(SendBacklog::of_tcp(self.link.unsent_bytes(), &info))
     }
 
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {

@@ -832,11 +832,7 @@ impl Endpoint for NbdSession {
             let st = self.shared.lock();
             st.client.queued_bytes() as u64 + st.writing
         };
-        Some(SendBacklog {
-            unsent_bytes: queued + u64::from(info.notsent_bytes),
-            cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
-            rtt_us: info.rtt_us,
-        })
+        Some(SendBacklog::of_tcp(queued, &info))
     }
 
     fn set_pacing_rate(&self, bytes_per_s: Option<u64>) {

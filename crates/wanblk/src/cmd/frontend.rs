@@ -116,10 +116,9 @@ impl Opened {
             );
         }
         let paced = summary.demand.iter().filter(|d| d.demand_limited).count();
-        let mut rtts: Vec<f64> =
+        let rtts: Vec<f64> =
             summary.samples.iter().map(|s| s.rtt_ms).filter(|r| r.is_finite() && *r > 0.0).collect();
-        rtts.sort_by(f64::total_cmp);
-        let rtt_ms = rtts.get(rtts.len() / 2).copied();
+        let rtt_ms = wanblk_tune::share::median(&rtts);
         if let Some(note) =
             idle_restart_note(wanblk_sys::tcp::idle_restart(), self.congestion.as_deref(), rtt_ms, paced)
         {
