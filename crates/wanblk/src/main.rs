@@ -22,11 +22,20 @@ mod units;
 /// reaches the application as its I/O error anyway.
 const DEFAULT_LOG: &str = "warn,fuser=error,fuser::reply=off";
 
+/// Whether log lines carry colours: only on a terminal, and not where
+/// `NO_COLOR` is set to anything but the empty string (no-color.org).
+/// Logs sent to a file or a pipe (`wanblk mount ... 2> log`, systemd's
+/// journal) had kept the escape codes.
+fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
 /// wanblk: move block storage across long-fat networks over many tuned sessions.
 #[derive(Debug, Parser)]
 #[command(name = "wanblk", version, about, long_about = None, after_help = cmd::help::MAIN_AFTER)]
 struct Cli {
-    /// Log filter (e.g. `info`, `wanblk_blockdev=debug`); also read from RUST_LOG.
+    /// Log filter (e.g. `info`, `wanblk_blockdev=debug`); also read from RUST_LOG. Log lines go to
+    /// stderr, in colour only on a terminal and without NO_COLOR.
     #[arg(long, global = true, env = "RUST_LOG", default_value = DEFAULT_LOG)]
     log: String,
     #[command(subcommand)]
@@ -76,6 +85,10 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .init();
     let result = match cli.command {
         Command::Copy(a) => cmd::copy::run(a),
@@ -103,6 +116,15 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(super::log_colours(true, None));
+        assert!(super::log_colours(true, Some(OsStr::new(""))));
+        assert!(!super::log_colours(true, Some(OsStr::new("1"))));
+        assert!(!super::log_colours(false, None));
     }
 
     #[test]

@@ -112,3 +112,20 @@ fn a_copy_that_cannot_start_still_writes_its_report() {
     assert!(r["error"].is_string(), "{r}");
     assert!(!r.to_string().contains("hunter2"), "{r}");
 }
+
+/// Log lines sent to a file or a pipe carry no terminal colour codes
+/// (`wanblk mount ... 2> log` had kept them in every line).
+#[test]
+fn log_lines_off_a_terminal_have_no_colour_codes() {
+    wanblk_testkit::require_tool("nbdkit", "nbdkit");
+    let dir = tempdir();
+    let (_nbdkit, uri) = peers::nbdkit(dir.path(), &["memory", "16M"]);
+    let out = wanblk_testkit::run_with_timeout(
+        wanblk().args(["--log", "info", "copy", &uri, "null:", "-C", "auto"]),
+        COPY_TIMEOUT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(" INFO "), "an info line to look at: {err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in the log: {err:?}");
+}
