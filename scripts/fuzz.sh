@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short real fuzz run of every target in fuzz/ (cargo-fuzz, libFuzzer with
-# AddressSanitizer), starting from the committed seeds. Needs cargo-fuzz and
-# a nightly toolchain (or RUSTC_BOOTSTRAP=1 on stable, see fuzz/README.md);
-# without them it says so and exits 0.
+# AddressSanitizer), starting from the committed seeds. Needs a nightly
+# toolchain (or RUSTC_BOOTSTRAP=1 on stable, see fuzz/README.md) and
+# cargo-fuzz, which it installs if missing; without them it says so and
+# exits 0.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default: $WANBLK_FUZZ_SECONDS or 10)
 #
@@ -12,10 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs="${1:-${WANBLK_FUZZ_SECONDS:-10}}"
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "fuzz.sh: cargo-fuzz is not installed (cargo install cargo-fuzz); skipping the fuzz run" >&2
-  exit 0
-fi
 if cargo +nightly --version >/dev/null 2>&1; then
   toolchain=(+nightly)
 elif [ "${RUSTC_BOOTSTRAP:-}" = 1 ]; then
@@ -23,6 +20,15 @@ elif [ "${RUSTC_BOOTSTRAP:-}" = 1 ]; then
 else
   echo "fuzz.sh: no nightly toolchain (rustup toolchain install nightly, or RUSTC_BOOTSTRAP=1); skipping the fuzz run" >&2
   exit 0
+fi
+# With a toolchain that can fuzz, cargo-fuzz is installed from crates.io
+# if missing (~30 s); where that fails (no registry) the run is skipped.
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz.sh: installing cargo-fuzz (cargo install cargo-fuzz --locked)" >&2
+  if ! cargo install cargo-fuzz --locked --quiet; then
+    echo "fuzz.sh: cargo-fuzz could not be installed; skipping the fuzz run" >&2
+    exit 0
+  fi
 fi
 for t in $(cargo "${toolchain[@]}" fuzz list); do
   mkdir -p "corpus/$t"

@@ -3,9 +3,9 @@
 # lint checks, unit and property tests, and the integration tests against
 # real peers (nbdkit, qemu-nbd, nbd-server, tgtd, nbdinfo, nbdcopy, qemu-img)
 # and the emulated WAN (needs root for network namespaces); then, where a
-# nightly toolchain and cargo-fuzz exist, a short real run of every fuzz
-# target (scripts/fuzz.sh; WANBLK_FUZZ_SECONDS per target, default 10, 0
-# skips it).
+# nightly toolchain exists, a short real run of every fuzz target
+# (scripts/fuzz.sh, which installs cargo-fuzz if missing;
+# WANBLK_FUZZ_SECONDS per target, default 10, 0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
