@@ -120,10 +120,7 @@ fn log_lines_off_a_terminal_have_no_colour_codes() {
     wanblk_testkit::require_tool("nbdkit", "nbdkit");
     let dir = tempdir();
     let (_nbdkit, uri) = peers::nbdkit(dir.path(), &["memory", "16M"]);
-    let out = wanblk_testkit::run_with_timeout(
-        wanblk().args(["--log", "info", "copy", &uri, "null:", "-C", "auto"]),
-        COPY_TIMEOUT,
-    );
+    let out = copy(&[&uri, "null:", "-C", "auto", "--log", "info"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(" INFO "), "an info line to look at: {err}");
