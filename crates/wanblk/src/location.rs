@@ -142,6 +142,9 @@ impl Location {
             return Ok(Location::Remote(s.to_string()));
         }
         if let Some(path) = s.strip_prefix("file://") {
+            if path.is_empty() {
+                bail!("{s:?} names no file: write file:///path/to/file or just the path");
+            }
             return Ok(Location::File(PathBuf::from(path)));
         }
         if let Some((scheme, _)) = s.split_once("://") {
@@ -389,6 +392,7 @@ mod tests {
         assert_eq!(Location::parse("random:2G").unwrap(), Location::Random { size: 2 << 30, seed: 0 });
         assert!(Location::parse("random:1M:x").is_err());
         assert!(Location::parse("").is_err());
+        assert!(Location::parse("file://").unwrap_err().to_string().contains("names no file"));
         assert_eq!(Location::parse("-").unwrap(), Location::Stdio);
         assert!(Location::parse("[").unwrap_err().to_string().contains("without its partner"));
     }

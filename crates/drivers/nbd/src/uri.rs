@@ -234,7 +234,10 @@ impl FromStr for NbdUri {
             if !authority.is_empty() && authority != "localhost" {
                 return Err(UriError::UnixWithHost(uri.into()));
             }
-            let path = socket.ok_or_else(|| UriError::MissingSocket(uri.into()))?;
+            // `?socket=` with nothing after it names no socket either.
+            let path = socket
+                .filter(|p| !p.as_os_str().is_empty())
+                .ok_or_else(|| UriError::MissingSocket(uri.into()))?;
             return Ok(NbdUri { transport: Transport::Unix(path), export, tls });
         }
         // Userinfo is not used by NBD; drop it rather than leak it into names.
@@ -355,6 +358,8 @@ mod tests {
         assert!(matches!(p("nbd://[::1/x"), Err(UriError::BadIpv6(_))));
         assert!(matches!(p("nbd+unix:///x"), Err(UriError::MissingSocket(_))));
         assert!(matches!(p("nbd+unix://host/x?socket=/s"), Err(UriError::UnixWithHost(_))));
+        assert!(matches!(p("nbd+unix:///x?socket="), Err(UriError::MissingSocket(_))));
+        assert!(matches!(p("nbd+unix:///x?socket"), Err(UriError::MissingSocket(_))));
         assert!(matches!(p("nbd://h/x?socket=/s"), Err(UriError::BadQuery { .. })));
         assert!(matches!(p("nbd://h/%zz"), Err(UriError::BadEncoding(_))));
     }
