@@ -297,6 +297,12 @@ pub trait Endpoint: Send + Sync {
         Vec::new()
     }
 
+    /// The address of the peer of this endpoint's (first) TCP connection,
+    /// if it has one: where the path's capacity can be probed.
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+
     /// Caps how fast this session sends, in bytes per second, on every TCP
     /// connection it uses (`SO_MAX_PACING_RATE`); `None` removes the cap.
     /// Only what we send is paced; endpoints without TCP ignore it.

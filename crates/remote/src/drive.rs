@@ -16,6 +16,7 @@ use wanblk_tune::{Controller, Counters, Decision, PoolCounters, PoolLimits, Sess
 
 use crate::host::HostLink;
 use crate::monitor;
+use crate::probe::Capacity;
 
 /// The controller's view of one pool: its limits and open sessions.
 fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
@@ -58,10 +59,16 @@ fn pool_counters(p: &PoolSnapshot) -> PoolCounters {
 }
 
 /// The counters of `pools` now, with `completed` bytes of completed requests.
-pub(crate) fn counters(pools: &[Arc<Pool>], completed: u64, remaining: Option<u64>) -> Counters {
+pub(crate) fn counters(
+    pools: &[Arc<Pool>],
+    completed: u64,
+    remaining: Option<u64>,
+    capacity: Option<f64>,
+) -> Counters {
     Counters {
         completed_bytes: completed,
         remaining_bytes: remaining,
+        path_capacity: capacity,
         pools: pools.iter().map(|p| pool_counters(&p.snapshot())).collect(),
     }
 }
@@ -110,6 +117,7 @@ fn observation(ctl: &Controller, sessions: &[SessionSample]) -> Option<PathObser
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     mut ctl: Controller,
+    capacity: Capacity,
     mut governor: Governor,
     host: Option<HostLink>,
     mut pacer: Option<(EnsemblePacer, Option<u64>)>,
@@ -129,7 +137,8 @@ pub(crate) async fn run(
         }
         let before = ctl.decision().active;
         let measured = ctl.samples().len();
-        let mut decision = ctl.on_timeout(Instant::now(), &counters(&pools, completed(), remaining()));
+        let mut decision =
+            ctl.on_timeout(Instant::now(), &counters(&pools, completed(), remaining(), capacity.get()));
         // Read once per measured interval: the governor's observation and
         // the window splitter take the same snapshot.
         let closed = ctl.samples().len() > measured;
@@ -213,7 +222,7 @@ pub(crate) async fn run(
             }
         }
     }
-    ctl.finish(Instant::now(), &counters(&pools, completed(), remaining()));
+    ctl.finish(Instant::now(), &counters(&pools, completed(), remaining(), capacity.get()));
     let copies = host.as_ref().map_or(1, HostLink::peak_copies);
     (ctl, governor, copies)
 }

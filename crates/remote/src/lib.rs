@@ -21,6 +21,7 @@ mod error;
 mod host;
 mod monitor;
 mod options;
+mod probe;
 mod tcplog;
 
 use std::sync::Arc;
@@ -259,8 +260,11 @@ impl Remote {
         }
         let cores = std::thread::available_parallelism().map_or(0, usize::from);
         let config = self.options.controller_config(!self.pools.is_empty(), cores);
-        let ctl =
-            Controller::new(config, &drive::counters(&self.pools, completed(), remaining()), Instant::now())?;
+        let ctl = Controller::new(
+            config,
+            &drive::counters(&self.pools, completed(), remaining(), None),
+            Instant::now(),
+        )?;
         drive::apply(&self.pools, ctl.decision());
         self.sessions.store(ctl.decision().active, Ordering::Relaxed);
         let (stop, stop_rx) = watch::channel(false);
@@ -286,8 +290,24 @@ impl Remote {
             ..GovernorConfig::new(self.options.share)
         });
         let host = self.host_link();
+        let tuned = matches!(self.options.sessions, Sessions::Auto { .. });
+        let capacity = if tuned && self.options.capacity_probe && !ctl.small_path() {
+            let pools = self.pools.clone();
+            let own = move || {
+                pools
+                    .iter()
+                    .flat_map(|p| p.snapshot().sessions)
+                    .flat_map(|s| s.tcp)
+                    .map(|i| i.bytes_received + i.bytes_acked)
+                    .sum()
+            };
+            probe::start(self.pools.first().and_then(|p| p.peer_addr()), own)
+        } else {
+            probe::Capacity::default()
+        };
         let controller = tokio::spawn(drive::run(
             ctl,
+            capacity,
             governor,
             host,
             self.options.ensemble_pacing.then(|| (EnsemblePacer::new(), self.options.rate_cap_bytes_per_s)),

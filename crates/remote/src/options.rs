@@ -127,6 +127,10 @@ pub struct RemoteOptions {
     /// Pace the sessions together at the measured goodput while the path
     /// is full and shared ([`wanblk_tune::share::pacing`]).
     pub ensemble_pacing: bool,
+    /// With a tuned N: send two ICMP echo trains to the server at the
+    /// start and size the search's jumps by the capacity their replies'
+    /// spacing shows ([`wanblk_tune::capacity`]).
+    pub capacity_probe: bool,
 }
 
 /// Which copies share one session budget (`--share-scope`).
@@ -179,6 +183,7 @@ impl Default for RemoteOptions {
             share: ShareMode::default(),
             share_scope: ShareScope::default(),
             ensemble_pacing: false,
+            capacity_probe: false,
         }
     }
 }

@@ -11,10 +11,12 @@
 //! - [`sched`]: thread affinity, `SCHED_FIFO`, timer slack, clocks.
 //! - [`netns`]: entering named network namespaces.
 //! - [`file`]: block device size, hole punching, zeroing, SEEK_DATA/SEEK_HOLE.
+//! - [`icmp`]: ICMP echo sockets with receive timestamps (the capacity probe's trains).
 //! - [`mount`]: unmounting (the FUSE mount of `wanblk mount`).
 
 pub mod alloc;
 pub mod file;
+pub mod icmp;
 pub mod mount;
 pub mod netns;
 pub mod nfqueue;

@@ -51,6 +51,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod capacity;
 mod config;
 pub mod control;
 mod golden;

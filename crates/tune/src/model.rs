@@ -86,6 +86,13 @@ pub struct Signals {
     /// below the N that this rate fills it with.
     #[serde(default)]
     pub loss_cap: Option<f64>,
+    /// The path's capacity as goodput, bytes per second, measured apart
+    /// from the sessions ([`capacity`](crate::capacity): an echo train's
+    /// dispersion); `None`: not measured. From a point on the ramp (room,
+    /// sessions at their own cap) the search jumps to the sessions that
+    /// fill it at that point's per-session rate instead of a fixed factor.
+    #[serde(default)]
+    pub capacity: Option<f64>,
 }
 
 /// The average rate of one session of a loss-based congestion control at

@@ -77,6 +77,7 @@ fn counters_with_window(
     Counters {
         completed_bytes: bytes.iter().sum(),
         remaining_bytes: None,
+        path_capacity: None,
         pools: vec![PoolCounters {
             limits,
             sessions: (0..64)

@@ -6,7 +6,8 @@
 //! once; requests queued again from the first session to notice must wait
 //! for a new session (not fail because they landed on others that were
 //! already dead), and timed-out connections are replaced like closed ones.
-//! Each copy completes and is checked by sha256. Needs root (network
+//! Also the capacity probe's echo trains across the same path. Each copy
+//! completes and is checked by sha256. Needs root (network
 //! namespaces), nbdkit, nbdinfo and tgt.
 
 mod common;
@@ -176,5 +177,40 @@ fn a_blackout_longer_than_the_io_timeout_during_a_restore() {
     let (_, stdout, _) = text(&out);
     assert_eq!(stdout.trim(), sha);
     assert_eq!(sha256_file(&dst).unwrap(), sha);
+    drop(sc);
+}
+
+/// Not a fault, but the same path: `--capacity-probe` sends its echo trains
+/// across the emulator, which serves them at its 200 Mbit/s like any other
+/// packets, and the estimate the search is given is that rate: never
+/// above it (an estimate too high would open sessions the path has no
+/// room for). The copy's bytes are checked as always.
+#[test]
+fn the_capacity_probe_reads_the_emulated_rate_and_the_copy_is_intact() {
+    wanblk_testkit::require_tool("nbdkit", "nbdkit");
+    wanblk_testkit::require_tool("nbdinfo", "libnbd-bin");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempdir();
+    let src = dir.path().join("src.img");
+    let sha = random_file(&src, IMAGE, 0xca9a).unwrap();
+    let sc = path();
+    let (_server, uri) = nbdkit(&sc, &src, true);
+    let dst = dir.path().join("out.img");
+    let rep = dir.path().join("r.json");
+    let args = ["--capacity-probe", "--checksum", "--log", "wanblk_remote::probe=info"];
+    let out = spawn_copy_across(&sc, &uri, dst.to_str().unwrap(), &rep, &args).wait(COPY_TIMEOUT);
+    let (code, stdout, stderr) = text(&out);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), sha);
+    assert_eq!(sha256_file(&dst).unwrap(), sha);
+    let mbps: f64 = stderr
+        .lines()
+        .find(|l| l.contains("path capacity from an echo train"))
+        .and_then(|l| l.split("mbps=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the probe logs its estimate:\n{stderr}"));
+    // Goodput terms: 200 Mbit/s on the wire carry 191 of TCP payload.
+    assert!((100.0..=200.0).contains(&mbps), "estimate {mbps} Mbit/s for a 200 Mbit/s path:\n{stderr}");
     drop(sc);
 }

@@ -180,4 +180,8 @@ impl Endpoint for Pool {
     fn tcp_info(&self) -> Vec<TcpInfo> {
         self.snapshot().sessions.into_iter().flat_map(|s| s.tcp).collect()
     }
+
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        Pool::peer_addr(self)
+    }
 }

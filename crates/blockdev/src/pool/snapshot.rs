@@ -147,6 +147,13 @@ impl Pool {
         }
     }
 
+    /// The TCP peer of the first working session that has one (see
+    /// [`Endpoint::peer_addr`](crate::Endpoint::peer_addr)).
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        let sessions: Vec<_> = lock(&self.shared.sessions).clone();
+        sessions.iter().filter(|s| !s.failed.load(Ordering::Relaxed)).find_map(|s| s.endpoint.peer_addr())
+    }
+
     /// Everything the pool can say about itself now (see [`PoolSnapshot`]).
     pub fn snapshot(&self) -> PoolSnapshot {
         let sh = &self.shared;

@@ -525,6 +525,10 @@ impl Endpoint for IscsiEndpoint {
         wanblk_sys::tcp::tcp_info(self.link.fd()).map(|t| vec![t]).unwrap_or_default()
     }
 
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        socket2::SockRef::from(&self.link.fd()).peer_addr().ok()?.as_socket()
+    }
+
     fn send_backlog(&self) -> Option<SendBacklog> {
         let info = wanblk_sys::tcp::tcp_info(self.link.fd()).ok()?;
         Some(SendBacklog::of_tcp(self.link.unsent_bytes(), &info))

@@ -825,6 +825,10 @@ impl Endpoint for NbdSession {
             .collect()
     }
 
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        socket2::SockRef::from(self.shared.tcp.as_ref()?).peer_addr().ok()?.as_socket()
+    }
+
     fn send_backlog(&self) -> Option<SendBacklog> {
         let fd = self.shared.tcp.as_ref()?;
         let info = wanblk_sys::tcp::tcp_info(fd.as_fd()).ok()?;

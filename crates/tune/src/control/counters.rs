@@ -13,6 +13,10 @@ pub struct Counters {
     /// Bytes the job still has to move, when it knows (a copy: its size
     /// less what is done); `None` for an open-ended one (a front end).
     pub remaining_bytes: Option<u64>,
+    /// The path's capacity as goodput, bytes per second, if the driver
+    /// measured it ([`capacity`](crate::capacity): an echo train); the
+    /// search sizes its jumps from points with room by it.
+    pub path_capacity: Option<f64>,
     /// One entry per pool, always in the same order.
     pub pools: Vec<PoolCounters>,
 }
@@ -486,6 +490,7 @@ mod tests {
         let c = |sessions| Counters {
             completed_bytes: 0,
             remaining_bytes: None,
+            path_capacity: None,
             pools: vec![PoolCounters {
                 limits: PoolLimits::default(),
                 sessions,
@@ -528,6 +533,7 @@ mod queue_tests {
         Counters {
             completed_bytes: 0,
             remaining_bytes: None,
+            path_capacity: None,
             pools: vec![PoolCounters {
                 limits: PoolLimits::default(),
                 sessions,

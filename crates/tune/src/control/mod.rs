@@ -1375,7 +1375,14 @@ impl Controller {
                 let base_share = if capped { None } else { counters.base_share_over(self.path_base_s) };
                 let loss_cap = self.loss_cap(counters, standing_queue, transport.as_ref().map(|t| t.loss));
                 sample.loss_cap_mbps = loss_cap.map(|c| c * 8.0 / 1e6);
-                Signals { standing_queue, coarse, base_share, losses, loss_cap }
+                Signals {
+                    standing_queue,
+                    coarse,
+                    base_share,
+                    losses,
+                    loss_cap,
+                    capacity: counters.path_capacity,
+                }
             } else {
                 Signals::default()
             };
@@ -1547,6 +1554,7 @@ mod tests {
         Counters {
             completed_bytes: 0,
             remaining_bytes: None,
+            path_capacity: None,
             pools: vec![PoolCounters { limits, sessions: Vec::new(), idle_slot_us: None, connecting: 0 }],
         }
     }
@@ -1650,7 +1658,12 @@ mod tests {
         assert_eq!(c.on_timeout(now, &Counters::default()), None);
         let t = c.poll_timeout();
         assert_eq!(t - now, Duration::from_millis(250));
-        let done = Counters { completed_bytes: 1 << 20, remaining_bytes: None, pools: Vec::new() };
+        let done = Counters {
+            completed_bytes: 1 << 20,
+            remaining_bytes: None,
+            path_capacity: None,
+            pools: Vec::new(),
+        };
         assert_eq!(c.on_timeout(t - Duration::from_millis(1), &done), None, "too early: nothing happens");
         assert_eq!(c.samples().len(), 0);
         assert_eq!(c.on_timeout(t, &done), None, "a fixed N without pools decides nothing");

@@ -347,6 +347,7 @@ impl Bench {
             base_share: model.base_share(n),
             losses: None,
             loss_cap: None,
+            capacity: None,
         };
         let step = self.tuner.observe_with(Sample { n, goodput_bytes_per_s: g, duration_s }, signals);
         self.last_measured = g;

@@ -280,6 +280,7 @@ impl SessionSim {
         Counters {
             completed_bytes: self.completed as u64,
             remaining_bytes: None,
+            path_capacity: None,
             pools: vec![PoolCounters {
                 limits: self.limits,
                 sessions,

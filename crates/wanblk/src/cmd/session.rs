@@ -348,6 +348,18 @@ pub(crate) struct SessionArgs {
     #[arg(long)]
     pub(crate) ensemble_pacing: bool,
 
+    /// Probe the path's capacity: a tuned copy sends two trains of 256
+    /// ICMP echo requests (384 KB each) to the server (IPv4) at the start;
+    /// how far apart the replies arrive tells the path's bottleneck rate,
+    /// and from a point where the sessions have room the search then jumps
+    /// to the N that fills it (with windows capped at 512 KB and 200 ms
+    /// RTT: 4 -> ~72 sessions instead of 4 -> 16 -> 64 -> 128). Needs a raw
+    /// ICMP socket (root) or the ping group; without replies the search
+    /// climbs as before. Off by default: it reaches the link sooner there
+    /// but the whole copy was no faster in our runs (docs/results/full).
+    #[arg(long)]
+    pub(crate) capacity_probe: bool,
+
     /// Print a table of the sessions every second on stderr instead of
     /// the progress bar: each session's goodput, congestion window, RTT,
     /// retransmits and share of the bytes, and Jain's fairness index of
@@ -443,6 +455,7 @@ impl SessionArgs {
             share: self.share,
             share_scope: self.share_scope,
             ensemble_pacing: self.ensemble_pacing,
+            capacity_probe: self.capacity_probe,
         }
     }
 }
