@@ -9,8 +9,10 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
+
+use crate::tcp::set_int;
 
 /// An open ICMP socket.
 #[derive(Debug)]
@@ -19,24 +21,6 @@ pub struct EchoSocket {
     /// A raw socket hands us the IPv4 header before the ICMP message; a
     /// ping socket does not (and sets the echo identifier itself).
     pub raw: bool,
-}
-
-fn set_int(fd: i32, level: i32, name: i32, v: i32) -> io::Result<()> {
-    // SAFETY: `fd` is an open socket; we pass a pointer to a live c_int and
-    // its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 impl EchoSocket {
@@ -56,15 +40,15 @@ impl EchoSocket {
             }
             // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let raw_fd = fd.as_raw_fd();
-            set_int(raw_fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+            let sock = fd.as_fd();
+            set_int(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
             // Best effort: a small buffer only loses replies (counted).
             let big = 8 << 20;
-            if set_int(raw_fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
-                let _ = set_int(raw_fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
+            if set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
+                let _ = set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
             }
-            if set_int(raw_fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, big).is_err() {
-                let _ = set_int(raw_fd, libc::SOL_SOCKET, libc::SO_SNDBUF, big);
+            if set_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, big).is_err() {
+                let _ = set_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, big);
             }
             return Ok(EchoSocket { fd, raw });
         }

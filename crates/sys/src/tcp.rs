@@ -65,7 +65,12 @@ pub fn apply(fd: BorrowedFd<'_>, opts: &TcpOptions) -> io::Result<()> {
     Ok(())
 }
 
-fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub(crate) fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: valid fd for the borrow; we pass a pointer to a live c_int and
     // its size, as setsockopt requires for integer options.
     let rc = unsafe {

@@ -152,11 +152,7 @@ impl Train {
 /// per second ([`TCP_PAYLOAD_SHARE`]). Cross traffic and a slow sender
 /// only make a train slower, so the fastest is the closest.
 pub fn goodput_capacity<'a>(trains: impl IntoIterator<Item = &'a Train>) -> Option<f64> {
-    trains
-        .into_iter()
-        .filter_map(Train::ip_rate)
-        .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.max(r))))
-        .map(|r| r * TCP_PAYLOAD_SHARE)
+    trains.into_iter().filter_map(Train::ip_rate).max_by(f64::total_cmp).map(|r| r * TCP_PAYLOAD_SHARE)
 }
 
 #[cfg(test)]
