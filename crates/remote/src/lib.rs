@@ -57,6 +57,9 @@ pub struct Remote {
     sessions: Arc<AtomicUsize>,
     running: Option<Running>,
     stopped: Option<Stopped>,
+    /// The capacity the probe's trains measured before the job's first
+    /// request ([`probe_path`](Self::probe_path)): `Some` once it ran.
+    measured: Option<Option<f64>>,
 }
 
 /// The tasks of a started [`Remote`].
@@ -138,6 +141,7 @@ impl Remote {
             sessions: Arc::new(AtomicUsize::new(1)),
             running: None,
             stopped: None,
+            measured: None,
         }
     }
 
@@ -234,6 +238,47 @@ impl Remote {
         move || pools.iter().map(|p| p.completed_bytes()).sum()
     }
 
+    /// With `--capacity-probe` and a tuned N: sends the probe's echo trains
+    /// to the first store's server and waits for their replies, so that
+    /// no request of ours shares the bottleneck with them. Call after
+    /// opening the stores and before the job's first request (else
+    /// [`start`](Self::start) sends them in the background). It waits for
+    /// the first reply at most three of the sessions' handshake round
+    /// trips (at least 50 ms); a path under 1 ms is not probed.
+    pub async fn probe_path(&mut self) {
+        if !self.probing() || self.measured.is_some() {
+            return;
+        }
+        let Some(first) = self.pools.first() else { return };
+        let rtt_us = first.snapshot().sessions.iter().flat_map(|s| &s.tcp).map(|i| i.rtt_us).max();
+        let rtt = std::time::Duration::from_micros(rtt_us.map_or(0, u64::from));
+        if rtt < std::time::Duration::from_millis(1) {
+            return;
+        }
+        let wait = (rtt * 3).max(std::time::Duration::from_millis(50));
+        let (peer, own) = (first.peer_addr(), self.own_bytes());
+        self.measured =
+            Some(tokio::task::spawn_blocking(move || probe::measure(peer, wait, &own)).await.ok().flatten());
+    }
+
+    /// The capacity probe runs: asked for, with a tuned N.
+    fn probing(&self) -> bool {
+        self.options.capacity_probe && matches!(self.options.sessions, Sessions::Auto { .. })
+    }
+
+    /// A counter of the TCP bytes the pools' sessions have moved.
+    fn own_bytes(&self) -> impl Fn() -> u64 + Send + 'static {
+        let pools = self.pools.clone();
+        move || {
+            pools
+                .iter()
+                .flat_map(|p| p.snapshot().sessions)
+                .flat_map(|s| s.tcp)
+                .map(|i| i.bytes_received + i.bytes_acked)
+                .sum()
+        }
+    }
+
     /// Starts the controller on every pool (and the TCP log if asked).
     /// `completed` counts payload bytes of completed requests (monotonic);
     /// without TCP counters goodput comes from it. Does nothing if already
@@ -290,18 +335,11 @@ impl Remote {
             ..GovernorConfig::new(self.options.share)
         });
         let host = self.host_link();
-        let tuned = matches!(self.options.sessions, Sessions::Auto { .. });
-        let capacity = if tuned && self.options.capacity_probe && !ctl.small_path() {
-            let pools = self.pools.clone();
-            let own = move || {
-                pools
-                    .iter()
-                    .flat_map(|p| p.snapshot().sessions)
-                    .flat_map(|s| s.tcp)
-                    .map(|i| i.bytes_received + i.bytes_acked)
-                    .sum()
-            };
-            probe::start(self.pools.first().and_then(|p| p.peer_addr()), own)
+        let capacity = if self.probing() && !ctl.small_path() {
+            match self.measured {
+                Some(c) => probe::Capacity::known(c),
+                None => probe::start(self.pools.first().and_then(|p| p.peer_addr()), self.own_bytes()),
+            }
         } else {
             probe::Capacity::default()
         };

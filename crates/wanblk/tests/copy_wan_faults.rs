@@ -197,7 +197,7 @@ fn the_capacity_probe_reads_the_emulated_rate_and_the_copy_is_intact() {
     let (_server, uri) = nbdkit(&sc, &src, true);
     let dst = dir.path().join("out.img");
     let rep = dir.path().join("r.json");
-    let args = ["--capacity-probe", "--checksum", "--log", "wanblk_remote::probe=info"];
+    let args = ["--capacity-probe", "--checksum", "--log", "wanblk_remote::probe=debug"];
     let out = spawn_copy_across(&sc, &uri, dst.to_str().unwrap(), &rep, &args).wait(COPY_TIMEOUT);
     let (code, stdout, stderr) = text(&out);
     assert_eq!(code, Some(0), "{stderr}");
@@ -212,5 +212,7 @@ fn the_capacity_probe_reads_the_emulated_rate_and_the_copy_is_intact() {
         .unwrap_or_else(|| panic!("the probe logs its estimate:\n{stderr}"));
     // Goodput terms: 200 Mbit/s on the wire carry 191 of TCP payload.
     assert!((100.0..=200.0).contains(&mbps), "estimate {mbps} Mbit/s for a 200 Mbit/s path:\n{stderr}");
+    // The trains went out before the copy's first request.
+    assert!(stderr.contains("echo trains, before the first request"), "{stderr}");
     drop(sc);
 }

@@ -349,7 +349,8 @@ pub(crate) struct SessionArgs {
     pub(crate) ensemble_pacing: bool,
 
     /// Probe the path's capacity: a tuned copy sends two trains of 256
-    /// ICMP echo requests (384 KB each) to the server (IPv4) at the start;
+    /// ICMP echo requests (384 KB each) to the server (IPv4) before its
+    /// first request, and waits for their replies (about one round trip);
     /// how far apart the replies arrive tells the path's bottleneck rate,
     /// and from a point where the sessions have room the search then jumps
     /// to the N that fills it (with windows capped at 512 KB and 200 ms
