@@ -5,7 +5,7 @@ $B netem up --name cp --rate 1gbit --delay ${D}ms --sysctl-profile capped:512K >
 ip netns exec wbk-cp-s $B target --size 64G --fill random:1 --discard-writes --listen 10.77.2.2:10809 --insecure --congestion cubic 2>/dev/null &
 TP=$!
 sleep 1
-nsenter --net=/run/netns/wbk-cp-c $B --log wanblk_remote=info copy nbd://10.77.2.2:10809 null: -C auto --no-progress --length 2580M --congestion cubic --report /tmp/s30/cap-$T.json "$@" > /tmp/s30/log-$T 2>&1
+nsenter --net=/run/netns/wbk-cp-c $B --log ${LOGF:-wanblk_remote=info} copy nbd://10.77.2.2:10809 null: -C auto --no-progress --length 2580M --congestion cubic --report /tmp/s30/cap-$T.json "$@" > /tmp/s30/log-$T 2>&1
 tail -1 /tmp/s30/log-$T; grep -a 'capacity' /tmp/s30/log-$T
 python3 -c "
 import json
