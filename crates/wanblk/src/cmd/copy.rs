@@ -277,7 +277,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
     // What is left: known once the copy has sized the job (0 until then),
     // never for a stream read from stdin (its total grows as it is read).
     let (left, sized) = (Arc::clone(&progress), !src.stdio);
-    // Before the first request: the probe's first train has the path to itself.
+    // Before the first request: the probe's echo trains have the path to themselves.
     remote.probe_path().await;
     remote.start_with_remaining(
         move || counted.data.load(Ordering::Relaxed),
