@@ -60,16 +60,12 @@ fn target(peer: Option<SocketAddr>) -> Option<Ipv4Addr> {
 pub(crate) fn measure(peer: Option<SocketAddr>, first_reply: Duration, own: &dyn Fn() -> u64) -> Option<f64> {
     let to = target(peer)?;
     let started = Instant::now();
-    let c = probe(to, first_reply, own)
-        .map_err(|e| tracing::debug!(%to, "echo trains not sent: {e}"))
-        .ok()
-        .flatten();
+    let c = run(to, first_reply, own);
     tracing::debug!(
         %to,
         waited_ms = started.elapsed().as_secs_f64() * 1e3,
         "echo trains, before the first request"
     );
-    log(to, c);
     c
 }
 
@@ -82,13 +78,8 @@ pub(crate) fn start(peer: Option<SocketAddr>, own: impl Fn() -> u64 + Send + 'st
     let Some(to) = target(peer) else { return out };
     let slot = Arc::clone(&out.0);
     let spawned = std::thread::Builder::new().name("wanblk-probe".into()).spawn(move || {
-        match probe(to, FIRST_REPLY, &own) {
-            Ok(c) => {
-                log(to, c);
-                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = c;
-            }
-            Err(e) => tracing::debug!(%to, "echo trains not sent: {e}"),
-        }
+        let c = run(to, FIRST_REPLY, &own);
+        *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = c;
     });
     if let Err(e) = spawned {
         tracing::debug!("capacity probe not started: {e}");
@@ -96,10 +87,21 @@ pub(crate) fn start(peer: Option<SocketAddr>, own: impl Fn() -> u64 + Send + 'st
     out
 }
 
-fn log(to: Ipv4Addr, c: Option<f64>) {
-    match c {
-        Some(c) => tracing::info!(mbps = c * 8.0 / 1e6, %to, "path capacity from an echo train"),
-        None => tracing::debug!(%to, "echo trains: no capacity estimate (too few replies or too fast)"),
+/// [`probe`], with what came of it logged.
+fn run(to: Ipv4Addr, first_reply: Duration, own: &dyn Fn() -> u64) -> Option<f64> {
+    match probe(to, first_reply, own) {
+        Ok(Some(c)) => {
+            tracing::info!(mbps = c * 8.0 / 1e6, %to, "path capacity from an echo train");
+            Some(c)
+        }
+        Ok(None) => {
+            tracing::debug!(%to, "echo trains: no capacity estimate (too few replies or too fast)");
+            None
+        }
+        Err(e) => {
+            tracing::debug!(%to, "echo trains not sent: {e}");
+            None
+        }
     }
 }
 
