@@ -261,9 +261,14 @@ impl Remote {
             Some(tokio::task::spawn_blocking(move || probe::measure(peer, wait, &own)).await.ok().flatten());
     }
 
-    /// The capacity probe runs: asked for, with a tuned N.
+    /// The capacity probe runs: asked for, with a tuned N whose search
+    /// uses the model (not the paper's, which has no use for it).
     fn probing(&self) -> bool {
-        self.options.capacity_probe && matches!(self.options.sessions, Sessions::Auto { .. })
+        let t = &self.options.tuning;
+        self.options.capacity_probe
+            && matches!(self.options.sessions, Sessions::Auto { .. })
+            && t.model
+            && !t.paper
     }
 
     /// A counter of the TCP bytes the pools' sessions have moved.
@@ -304,12 +309,29 @@ impl Remote {
             return Ok(());
         }
         let cores = std::thread::available_parallelism().map_or(0, usize::from);
-        let config = self.options.controller_config(!self.pools.is_empty(), cores);
+        let mut config = self.options.controller_config(!self.pools.is_empty(), cores);
+        // The trains' estimate from before the first request sizes the
+        // first point with the largest windows the sockets allow.
+        let before = self.measured.flatten().filter(|_| self.probing());
+        let window = before.and_then(|_| wanblk_sys::tcp::window_cap(&self.options.tcp));
+        config.window_cap_bytes = window;
         let ctl = Controller::new(
             config,
-            &drive::counters(&self.pools, completed(), remaining(), None),
+            &drive::counters(&self.pools, completed(), remaining(), before),
             Instant::now(),
         )?;
+        let raised = match self.options.sessions {
+            Sessions::Auto { initial, .. } => ctl.decision().active > initial,
+            Sessions::Fixed(_) => false,
+        };
+        if let (Some(c), Some(w), true) = (before, window, raised) {
+            tracing::info!(
+                n = ctl.decision().active,
+                capacity_mbps = c * 8.0 / 1e6,
+                window_cap_bytes = w,
+                "first point sized from the capacity (sessions at most at the buffers' cap)"
+            );
+        }
         drive::apply(&self.pools, ctl.decision());
         self.sessions.store(ctl.decision().active, Ordering::Relaxed);
         let (stop, stop_rx) = watch::channel(false);

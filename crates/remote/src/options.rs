@@ -127,9 +127,12 @@ pub struct RemoteOptions {
     /// Pace the sessions together at the measured goodput while the path
     /// is full and shared ([`wanblk_tune::share::pacing`]).
     pub ensemble_pacing: bool,
-    /// With a tuned N: send two ICMP echo trains to the server at the
-    /// start and size the search's jumps by the capacity their replies'
-    /// spacing shows ([`wanblk_tune::capacity`]).
+    /// With a tuned N and the model-informed search: send two ICMP echo
+    /// trains to the server at the start and size the search's jumps by
+    /// the capacity their replies' spacing shows
+    /// ([`wanblk_tune::capacity`]); measured before the first request
+    /// ([`Remote::probe_path`](crate::Remote::probe_path)), it sizes the
+    /// first point too ([`ControllerConfig::window_cap_bytes`]).
     pub capacity_probe: bool,
 }
 

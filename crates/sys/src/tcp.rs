@@ -424,6 +424,29 @@ pub fn idle_restart() -> Option<IdleRestart> {
     Some(IdleRestart { slow_start_after_idle, default_congestion })
 }
 
+/// The largest window a connection opened with `opts` can use in either
+/// direction, bytes: the larger of its receive and send buffers' largest
+/// size. That is autotuning's maximum (`tcp_rmem` / `tcp_wmem`, third
+/// field) or, where `opts` sets `SO_RCVBUF` / `SO_SNDBUF`, twice that value
+/// within `rmem_max` / `wmem_max` (the kernel doubles it for its own
+/// overhead). The window a peer sees is below it (the kernel advertises
+/// part of its receive buffer; a send buffer holds the unsent bytes too),
+/// so a session never carries more than this over a round trip. Read from
+/// `/proc/sys/net` (the reading process's network namespace); `None` where
+/// it cannot be read.
+pub fn window_cap(opts: &TcpOptions) -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(format!("/proc/sys/net/{path}")).ok();
+    let third = |path: &str| read(path)?.split_whitespace().nth(2)?.parse::<u64>().ok();
+    let one = |path: &str| read(path)?.trim().parse::<u64>().ok();
+    let side = |set: Option<usize>, auto: &str, most: &str| match set {
+        Some(n) => Some((n as u64).min(one(most)?).saturating_mul(2)),
+        None => third(auto),
+    };
+    let recv = side(opts.recv_buffer, "ipv4/tcp_rmem", "core/rmem_max")?;
+    let send = side(opts.send_buffer, "ipv4/tcp_wmem", "core/wmem_max")?;
+    Some(recv.max(send)).filter(|w| *w > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,6 +584,23 @@ mod tests {
     fn non_tcp_socket_is_an_error() {
         let f = std::fs::File::open("/dev/null").unwrap();
         assert!(tcp_info(f.as_fd()).is_err());
+    }
+
+    #[test]
+    fn the_window_cap_is_what_the_kernel_gives_the_buffers() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _s = l.accept().unwrap();
+        let buf = |c: &TcpStream, name| get_int(c.as_fd(), libc::SOL_SOCKET, name).unwrap() as u64;
+        // Autotuning starts each buffer below its maximum.
+        let auto = window_cap(&TcpOptions::default()).expect("/proc/sys/net on Linux");
+        assert!(auto >= buf(&c, libc::SO_RCVBUF) && auto >= buf(&c, libc::SO_SNDBUF), "{auto}");
+        // Set buffers: the kernel's doubled values.
+        let opts =
+            TcpOptions { recv_buffer: Some(96 << 10), send_buffer: Some(64 << 10), ..TcpOptions::default() };
+        apply(c.as_fd(), &opts).unwrap();
+        let set = buf(&c, libc::SO_RCVBUF).max(buf(&c, libc::SO_SNDBUF));
+        assert_eq!(window_cap(&opts), Some(set));
     }
 
     #[test]

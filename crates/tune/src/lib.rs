@@ -70,7 +70,7 @@ pub use control::{
 };
 pub use golden::{Bracket, NU, golden_probe_bound};
 pub use interval::{DRAIN_RTTS, INITIAL_WINDOW_BYTES, IntervalPolicy, PathSnapshot};
-pub use model::{ModelConfig, Signals, loss_limited_rate};
+pub use model::{ModelConfig, Signals, first_point, loss_limited_rate};
 pub use tuner::{
     CONFIRM_WIN, Discards, LEVEL_SAMPLES, MAX_HISTORY, NOISE_SIGMAS, Phase, Sample, SampleUse, Step,
     StepRecord, Tuner, TuningReport,

@@ -118,6 +118,19 @@ pub(crate) fn sessions_at(threshold: f64, rate: f64) -> usize {
     sessions_for(threshold, rate).max(1)
 }
 
+/// The first point of a search that knows the path's `capacity` (goodput,
+/// bytes per second) before its first request: the fewest sessions that
+/// could move `1 - tolerance` of it, each carrying at most `window` bytes
+/// (the largest its socket buffers allow) over the base round trip
+/// `rtt_s`. A session never carries more, so no smaller N reaches the
+/// knee: starting there skips the points below it. At 200 ms RTT with
+/// 512 KB buffers and 956 Mbit/s, 44 (the sessions' real windows are
+/// smaller: the knee was 72-76). `None` for meaningless input.
+pub fn first_point(capacity: f64, window: u64, rtt_s: f64, tolerance: f64) -> Option<usize> {
+    let ok = capacity.is_finite() && capacity > 0.0 && window > 0 && rtt_s.is_finite() && rtt_s > 0.0;
+    ok.then(|| sessions_at(capacity * (1.0 - tolerance.clamp(0.0, 1.0)), window as f64 / rtt_s))
+}
+
 /// The knee a full point suggests (see [`Signals::base_share`]): the
 /// sessions that move `1 - tolerance` of the point's goodput once the
 /// queue is gone, `ceil(n x base_share x (1 - tolerance))`. A model
@@ -200,6 +213,21 @@ mod tests {
         // Garbage never panics.
         assert_eq!(knee_floor(f64::NAN, 3, Some(0.0), 9, Some(f64::INFINITY)), 4);
         assert!(knee_floor(1e300, 1, Some(1e-300), 2, None) >= 2);
+    }
+
+    #[test]
+    fn the_first_point_is_what_the_largest_windows_need() {
+        let mbit = 1e6 / 8.0;
+        // 956 Mbit/s, 200 ms RTT, 512 KiB: 45.6 sessions at their cap, 0.95 of it 43.3.
+        assert_eq!(first_point(956.0 * mbit, 512 << 10, 0.2, 0.05), Some(44));
+        // The quick path's 6 MB buffers at 100 ms: one session would do.
+        assert_eq!(first_point(956.0 * mbit, 6 << 20, 0.1, 0.05), Some(2));
+        for (c, w, r) in
+            [(0.0, 1, 0.1), (f64::NAN, 1, 0.1), (1.0, 0, 0.1), (1.0, 1, 0.0), (1.0, 1, f64::INFINITY)]
+        {
+            assert_eq!(first_point(c, w, r, 0.05), None, "{c} {w} {r}");
+        }
+        assert_eq!(first_point(1e300, 1, 1e6, 0.05), first_point(1e301, 1, 1e6, 0.05), "saturates");
     }
 
     #[test]

@@ -199,8 +199,10 @@ const ERODED_TOTAL: f64 = 0.85;
 
 /// Most a jump sized by the measured capacity multiplies N by
 /// ([`Tuner::climb_from`]): an estimate far off must not open hundreds of
-/// sessions at once.
-const CAPACITY_JUMP_MAX: usize = 32;
+/// sessions at once. The first point sized by the capacity
+/// ([`ControllerConfig::window_cap_bytes`](crate::ControllerConfig)) is
+/// bounded the same way.
+pub(crate) const CAPACITY_JUMP_MAX: usize = 32;
 
 /// A point on the ramp moving this share of the measured capacity is at
 /// it ([`Tuner::climb_from`]).

@@ -29,12 +29,17 @@ const IQN: &str = "iqn.2024-01.invalid.wanblk:wan-faults";
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn path() -> Scenario {
+    path_with(SysctlProfile::Bdp)
+}
+
+/// [`path`] with the namespaces' TCP buffers set by `profile`.
+fn path_with(profile: SysctlProfile) -> Scenario {
     assert!(wanblk_sys::sched::geteuid() == 0, "this test builds an emulated WAN: run it as root");
     Scenario::builder()
         .rate_bps(200_000_000)
         .delay(Duration::from_millis(20))
         .queue_bdp(1.0)
-        .sysctl_profile(SysctlProfile::Bdp)
+        .sysctl_profile(profile)
         .start()
         .expect("start the emulated path")
 }
@@ -180,11 +185,14 @@ fn a_blackout_longer_than_the_io_timeout_during_a_restore() {
     drop(sc);
 }
 
-/// Not a fault, but the same path: `--capacity-probe` sends its echo trains
-/// across the emulator, which serves them at its 200 Mbit/s like any other
-/// packets, and the estimate the search is given is that rate: never
-/// above it (an estimate too high would open sessions the path has no
-/// room for). The copy's bytes are checked as always.
+/// Not a fault, but the same path with 64 KiB TCP buffers: `--capacity-probe`
+/// sends its echo trains across the emulator, which serves them at its
+/// 200 Mbit/s like any other packets, and the estimate the search is given
+/// is that rate: never above it (an estimate too high would open sessions
+/// the path has no room for). The estimate sizes the first point: at
+/// least 8 sessions (64 KiB over 40 ms is 13 Mbit/s a session, and the
+/// estimate is at least 100 Mbit/s), where the search starts at 4 without
+/// it. The copy's bytes are checked as always.
 #[test]
 fn the_capacity_probe_reads_the_emulated_rate_and_the_copy_is_intact() {
     wanblk_testkit::require_tool("nbdkit", "nbdkit");
@@ -193,26 +201,33 @@ fn the_capacity_probe_reads_the_emulated_rate_and_the_copy_is_intact() {
     let dir = tempdir();
     let src = dir.path().join("src.img");
     let sha = random_file(&src, IMAGE, 0xca9a).unwrap();
-    let sc = path();
+    let sc = path_with(SysctlProfile::Capped(64 << 10));
     let (_server, uri) = nbdkit(&sc, &src, true);
     let dst = dir.path().join("out.img");
     let rep = dir.path().join("r.json");
-    let args = ["--capacity-probe", "--checksum", "--log", "wanblk_remote::probe=debug"];
+    let args = ["--capacity-probe", "--checksum", "--log", "wanblk_remote=info,wanblk_remote::probe=debug"];
     let out = spawn_copy_across(&sc, &uri, dst.to_str().unwrap(), &rep, &args).wait(COPY_TIMEOUT);
     let (code, stdout, stderr) = text(&out);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout.trim(), sha);
     assert_eq!(sha256_file(&dst).unwrap(), sha);
-    let mbps: f64 = stderr
-        .lines()
-        .find(|l| l.contains("path capacity from an echo train"))
-        .and_then(|l| l.split("mbps=").nth(1))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    let mbps: f64 = logged(&stderr, "path capacity from an echo train", "mbps")
         .unwrap_or_else(|| panic!("the probe logs its estimate:\n{stderr}"));
     // Goodput terms: 200 Mbit/s on the wire carry 191 of TCP payload.
     assert!((100.0..=200.0).contains(&mbps), "estimate {mbps} Mbit/s for a 200 Mbit/s path:\n{stderr}");
     // The trains went out before the copy's first request.
     assert!(stderr.contains("echo trains, before the first request"), "{stderr}");
+    let first: usize = logged(&stderr, "first point sized from the capacity", "n")
+        .unwrap_or_else(|| panic!("the first point is sized from the estimate:\n{stderr}"));
+    assert!(
+        (8..=128).contains(&first),
+        "first point {first} for {mbps} Mbit/s and 64 KiB buffers:\n{stderr}"
+    );
     drop(sc);
+}
+
+/// The value of `key=` on the first line of `log` that contains `line`.
+fn logged<T: std::str::FromStr>(log: &str, line: &str, key: &str) -> Option<T> {
+    let l = log.lines().find(|l| l.contains(line))?;
+    l.split(&format!(" {key}=")).nth(1)?.split_whitespace().next()?.parse().ok()
 }

@@ -88,8 +88,8 @@ pub use timing::{NEAR_CAPACITY, PROGRESS_SPACING_S, ProgressPoint, RATE_WINDOW_M
 
 use crate::config::{ConfigError, TunerConfig};
 use crate::interval::{IntervalPolicy, PathSnapshot};
-use crate::model::{Signals, loss_limited_rate};
-use crate::tuner::{Phase, Sample, Tuner, TuningReport};
+use crate::model::{Signals, first_point, loss_limited_rate};
+use crate::tuner::{CAPACITY_JUMP_MAX, Phase, Sample, Tuner, TuningReport};
 use counters::{LossCount, TransportMeter};
 
 /// How long each measurement interval is.
@@ -161,6 +161,17 @@ pub struct ControllerConfig {
     pub rate_cap_bytes_per_s: Option<f64>,
     /// The host's CPU cores (0: unknown), for the small path's start.
     pub cores: usize,
+    /// With a model-informed tuner, TCP and the path's capacity measured
+    /// before the first request ([`Counters::path_capacity`] when the
+    /// controller starts): the largest window one session can use, bytes
+    /// (its socket buffers' cap). The first point is then at least the
+    /// sessions that fill the capacity with such windows over the
+    /// handshake's RTT ([`first_point`](crate::model::first_point)), at
+    /// most as many times the configured N0 as the tuner's jumps
+    /// from a measured capacity may multiply N; with warm spares,
+    /// [`FIRST_POINT_SPARES`] times it are open while it is measured.
+    /// `None`: N0 as configured.
+    pub window_cap_bytes: Option<u64>,
     /// With a tuner and an automatic interval: a measured interval whose
     /// two halves' goodputs differ by more than this share of their mean
     /// is doubled (its first half is then the old interval), again while
@@ -176,6 +187,10 @@ pub struct ControllerConfig {
 /// lacked sessions ([`IntervalSample::partial`]): a session that never
 /// connects must not stop the search.
 pub const PARTIAL_RUN_MAX: u32 = 2;
+
+/// A first point raised by the capacity opens this many times its sessions
+/// (see [`ControllerConfig::window_cap_bytes`]), the others as warm spares.
+pub const FIRST_POINT_SPARES: usize = 2;
 
 /// Default of [`ControllerConfig::halves_agree`].
 pub const HALVES_AGREE: f64 = 0.1;
@@ -203,6 +218,7 @@ impl ControllerConfig {
             demand_limited: DEMAND_LIMITED,
             rate_cap_bytes_per_s: None,
             cores: 0,
+            window_cap_bytes: None,
             halves_agree: HALVES_AGREE,
         }
     }
@@ -662,6 +678,9 @@ pub struct Controller {
     /// interval weighing [`LOSS_MEMORY`] times less (see
     /// [`Signals::loss_cap`]).
     loss_room: LossCount,
+    /// The first point, when the capacity raised it (with warm spares):
+    /// while it is measured, [`FIRST_POINT_SPARES`] times it are open.
+    raised_first: Option<usize>,
     state: State,
     samples: Vec<IntervalSample>,
     progress: Vec<ProgressPoint>,
@@ -689,8 +708,8 @@ impl Controller {
             && has_pools
             && matches!(config.parallelism, Parallelism::Tuned(_))
             && (if counters.tcp_complete() { rtt > 0.0 && rtt < SMALL_PATH_RTT.as_secs_f64() } else { true });
-        let (n, tuner) = match &config.parallelism {
-            Parallelism::Fixed(n) => ((*n).clamp(1, most), None),
+        let (n, tuner, sized) = match &config.parallelism {
+            Parallelism::Fixed(n) => ((*n).clamp(1, most), None, false),
             Parallelism::Tuned(cfg) => {
                 let mut cfg = cfg.clone();
                 if small_path {
@@ -700,11 +719,19 @@ impl Controller {
                     }
                 }
                 cfg.n_max = cfg.n_max.min(most).max(cfg.n_min);
-                cfg.n0 = cfg.n0.clamp(cfg.n_min, cfg.n_max);
+                let sized = (!small_path && cfg.model.is_some())
+                    .then(|| {
+                        first_point(counters.path_capacity?, config.window_cap_bytes?, rtt, cfg.tolerance)
+                    })
+                    .flatten();
+                let raised =
+                    sized.map(|k| k.min(cfg.n0.saturating_mul(CAPACITY_JUMP_MAX))).filter(|k| *k > cfg.n0);
+                cfg.n0 = raised.unwrap_or(cfg.n0).clamp(cfg.n_min, cfg.n_max);
                 let t = Tuner::new(cfg)?;
-                (t.current(), Some(t))
+                (t.current(), Some(t), raised.is_some())
             }
         };
+        let raised_first = (sized && config.warm_spares).then_some(n);
         let mut meter = TransportMeter::default();
         let _ = meter.delta(counters, 0.0);
         let mut c = Controller {
@@ -735,6 +762,7 @@ impl Controller {
             bursty: false,
             partial_run: 0,
             loss_room: LossCount::default(),
+            raised_first,
             state: State::Starting { at: now },
             samples: Vec::new(),
             progress: Vec::new(),
@@ -1503,6 +1531,15 @@ impl Controller {
             .filter(|_| self.config.warm_spares && !self.small_path)
             .and_then(Tuner::next_if_better)
             .unwrap_or(0);
+        // A first point raised by the capacity is a lower bound: the jump
+        // from it goes where the windows the kernel really gives fill the
+        // capacity, not the climb's 4x. The sessions for windows of half
+        // the buffers' cap (what Linux advertises of a receive buffer with
+        // its default overhead; 0.62 measured at 512 KB) are opened ahead.
+        let next = match self.raised_first {
+            Some(n) if n == self.decision.active => n.saturating_mul(FIRST_POINT_SPARES),
+            _ => next,
+        };
         self.decision.open =
             self.decision.open.max(self.decision.active).max(next).min(self.limits.max_sessions.max(1));
     }
@@ -1643,6 +1680,52 @@ mod tests {
         assert_eq!(c.decision().active, 1);
         let bad = Parallelism::Tuned(TunerConfig { alpha: 0.5, ..TunerConfig::default() });
         assert!(Controller::new(ControllerConfig::new(bad), &pools(3), now).is_err());
+    }
+
+    #[test]
+    fn a_capacity_known_at_the_start_sizes_the_first_point() {
+        let now = Instant::now();
+        let mbit = 1e6 / 8.0;
+        // One session connected, 200 ms RTT, 956 Mbit/s measured, 512 KiB
+        // buffers: 45 sessions at their cap (less the tolerance, 3 %), twice
+        // as many opened.
+        let at = |rtt_us: u32, capacity: Option<f64>| {
+            let mut c = pools(512);
+            let tcp = TcpCounters { min_rtt_us: rtt_us, rtt_us, mss: 1448, ..TcpCounters::default() };
+            c.pools[0].sessions.push(SessionCounters {
+                index: 0,
+                active: true,
+                in_flight: 0,
+                tcp: Some(tcp),
+            });
+            c.path_capacity = capacity;
+            c
+        };
+        let tuned = |n0| Parallelism::Tuned(TunerConfig { n0, n_max: 512, ..TunerConfig::default() });
+        let config =
+            |n0| ControllerConfig { window_cap_bytes: Some(512 << 10), ..ControllerConfig::new(tuned(n0)) };
+        let start = |config: ControllerConfig, counters: &Counters| {
+            let d = Controller::new(config, counters, now).unwrap().decision();
+            (d.active, d.open)
+        };
+        let wan = at(200_000, Some(956.0 * mbit));
+        assert_eq!(start(config(4), &wan), (45, 90));
+        assert_eq!(start(ControllerConfig { warm_spares: false, ..config(4) }, &wan), (45, 45));
+        // Never below the configured N0, and at most the jumps' 32 times it.
+        assert_eq!(start(config(50), &wan).0, 50);
+        assert_eq!(start(config(1), &wan), (32, 64));
+        // Buffers that fill the path with a few sessions: N0 as configured.
+        let big = ControllerConfig { window_cap_bytes: Some(16 << 20), ..config(4) };
+        assert_eq!(start(big, &wan).0, 4);
+        // Nothing measured, no window, no RTT, a small path, or the
+        // paper's tuner (no model): as configured.
+        assert_eq!(start(config(4), &at(200_000, None)).0, 4);
+        assert_eq!(start(ControllerConfig { window_cap_bytes: None, ..config(4) }, &wan).0, 4);
+        assert_eq!(start(config(4), &at(0, Some(956.0 * mbit))).0, 4);
+        assert!(start(config(4), &at(300, Some(956.0 * mbit))).0 <= 4);
+        let paper = Parallelism::Tuned(TunerConfig { n_max: 512, ..TunerConfig::paper() });
+        let paper = ControllerConfig { window_cap_bytes: Some(512 << 10), ..ControllerConfig::paper(paper) };
+        assert_eq!(start(paper, &wan).0, 4);
     }
 
     #[test]

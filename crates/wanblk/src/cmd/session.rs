@@ -348,18 +348,27 @@ pub(crate) struct SessionArgs {
     #[arg(long)]
     pub(crate) ensemble_pacing: bool,
 
-    /// Probe the path's capacity: a tuned copy sends two trains of 256
-    /// ICMP echo requests (384 KB each) to the server (IPv4) before its
-    /// first request, and waits for their replies (about one round trip);
-    /// how far apart the replies arrive tells the path's bottleneck rate,
-    /// and from a point where the sessions have room the search then jumps
-    /// to the N that fills it (with windows capped at 512 KB and 200 ms
-    /// RTT: 4 -> ~72 sessions instead of 4 -> 16 -> 64 -> 128). Needs a raw
-    /// ICMP socket (root) or the ping group; without replies the search
-    /// climbs as before. Off by default: it reaches the link sooner there
-    /// but the whole copy was no faster in our runs (docs/results/full).
-    #[arg(long)]
+    /// Probe the path's capacity before tuning N: two trains of 256 ICMP
+    /// echo requests (384 KB each) to the server (IPv4); how far apart the
+    /// replies arrive tells the bottleneck rate. `copy` sends them before
+    /// its first request and waits for the replies (about one round trip;
+    /// at most three when none come). The estimate sizes the first point
+    /// (at least the sessions that fill it with windows at the socket
+    /// buffers' cap) and the jump from it (512 KB buffers at 200 ms RTT:
+    /// 44 -> ~74 sessions, where the search without it went 4 -> 74 or
+    /// 4 -> 16 -> 64). `serve` and `mount` send them in the background and
+    /// size only the jump. Needs a raw ICMP socket (root) or the ping
+    /// group; without replies the search climbs as before. Not with
+    /// `--paper-tuner` or `--tuner-off model`. On by default for `copy`
+    /// (whole copies with 512 KB buffers at 100 ms one way: 0.85 of the
+    /// link against 0.76 without; docs/results/full), off for `serve` and
+    /// `mount`.
+    #[arg(long, overrides_with = "no_capacity_probe")]
     pub(crate) capacity_probe: bool,
+
+    /// Do not probe the path's capacity (see `--capacity-probe`).
+    #[arg(long, overrides_with = "capacity_probe")]
+    pub(crate) no_capacity_probe: bool,
 
     /// Print a table of the sessions every second on stderr instead of
     /// the progress bar: each session's goodput, congestion window, RTT,
@@ -401,6 +410,12 @@ impl SessionArgs {
             user_timeout: deadline,
             ..TcpOptions::default()
         }
+    }
+
+    /// Whether to probe the path's capacity, where the command's default is
+    /// `default` (see `--capacity-probe`).
+    pub(crate) fn capacity_probe(&self, default: bool) -> bool {
+        !self.no_capacity_probe && (self.capacity_probe || default)
     }
 
     /// `--connections auto`.
@@ -456,7 +471,7 @@ impl SessionArgs {
             share: self.share,
             share_scope: self.share_scope,
             ensemble_pacing: self.ensemble_pacing,
-            capacity_probe: self.capacity_probe,
+            capacity_probe: self.capacity_probe(false),
         }
     }
 }
