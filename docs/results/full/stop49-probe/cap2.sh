@@ -1,7 +1,8 @@
 #!/bin/bash
 # cap2.sh BIN DELAY TAG [args]: cap.sh with the log kept in /tmp/s30/log-TAG
+# (PROF: the sysctl profile, default capped:512K; LOGF: the --log filter)
 B=$1; D=$2; T=$3; shift 3
-$B netem up --name cp --rate 1gbit --delay ${D}ms --sysctl-profile capped:512K >/dev/null 2>&1 || { echo netem up failed; exit 1; }
+$B netem up --name cp --rate 1gbit --delay ${D}ms --sysctl-profile ${PROF:-capped:512K} >/dev/null 2>&1 || { echo netem up failed; exit 1; }
 ip netns exec wbk-cp-s $B target --size 64G --fill random:1 --discard-writes --listen 10.77.2.2:10809 --insecure --congestion cubic 2>/dev/null &
 TP=$!
 sleep 1
