@@ -355,8 +355,8 @@ pub(crate) struct SessionArgs {
     /// at most three when none come). The estimate sizes the first point
     /// (at least the sessions that fill it with windows at the socket
     /// buffers' cap) and the jump from it (512 KB buffers at 200 ms RTT:
-    /// 44 -> ~74 sessions, where the search without it went 4 -> 74 or
-    /// 4 -> 16 -> 64). `serve` and `mount` send them in the background and
+    /// 45 -> ~75 sessions, where the search without it went 4 -> 16 -> 64
+    /// -> 128). `serve` and `mount` send them in the background and
     /// size only the jump. Needs a raw ICMP socket (root) or the ping
     /// group; without replies the search climbs as before. Not with
     /// `--paper-tuner` or `--tuner-off model`. On by default for `copy`
