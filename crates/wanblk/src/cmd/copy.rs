@@ -389,7 +389,6 @@ fn remote_options(args: &Args) -> wanblk_remote::RemoteOptions {
         tcp_log: args.tcp_log.clone(),
         tls: args.tls.options(),
         rate_cap_bytes_per_s: args.rate.map(|bits| (bits / 8).max(1)),
-        capacity_probe: args.session.capacity_probe(true),
         ..args.session.remote_options(Hedge::ReadsAndWrites, COPY_INITIAL)
     }
 }

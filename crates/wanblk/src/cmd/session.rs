@@ -359,14 +359,15 @@ pub(crate) struct SessionArgs {
     /// -> 128). `serve` and `mount` send them in the background and
     /// size only the jump. Needs a raw ICMP socket (root) or the ping
     /// group; without replies the search climbs as before. Not with
-    /// `--paper-tuner` or `--tuner-off model`. On by default for `copy`
-    /// (whole copies with 512 KB buffers at 100 ms one way: 0.85 of the
-    /// link against 0.76 without; docs/results/full), off for `serve` and
-    /// `mount`.
+    /// `--paper-tuner` or `--tuner-off model`. Off by default: whole copies
+    /// with 512 KB buffers at 100 ms one way moved 0.85 of the link against
+    /// 0.76 without, but two copies started together on a lossy path each
+    /// probing took longer (docs/results/full/stop51-first).
     #[arg(long, overrides_with = "no_capacity_probe")]
     pub(crate) capacity_probe: bool,
 
-    /// Do not probe the path's capacity (see `--capacity-probe`).
+    /// Do not probe the path's capacity (the default; see
+    /// `--capacity-probe`): the last of the two given wins.
     #[arg(long, overrides_with = "capacity_probe")]
     pub(crate) no_capacity_probe: bool,
 
@@ -412,10 +413,9 @@ impl SessionArgs {
         }
     }
 
-    /// Whether to probe the path's capacity, where the command's default is
-    /// `default` (see `--capacity-probe`).
-    pub(crate) fn capacity_probe(&self, default: bool) -> bool {
-        !self.no_capacity_probe && (self.capacity_probe || default)
+    /// Whether to probe the path's capacity (see `--capacity-probe`).
+    pub(crate) fn capacity_probe(&self) -> bool {
+        self.capacity_probe && !self.no_capacity_probe
     }
 
     /// `--connections auto`.
@@ -471,7 +471,7 @@ impl SessionArgs {
             share: self.share,
             share_scope: self.share_scope,
             ensemble_pacing: self.ensemble_pacing,
-            capacity_probe: self.capacity_probe(false),
+            capacity_probe: self.capacity_probe(),
         }
     }
 }
