@@ -312,7 +312,7 @@ impl Remote {
         let mut config = self.options.controller_config(!self.pools.is_empty(), cores);
         // The trains' estimate from before the first request sizes the
         // first point with the largest windows the sockets allow.
-        let before = self.measured.flatten().filter(|_| self.probing());
+        let before = self.measured.flatten();
         let window = before.and_then(|_| wanblk_sys::tcp::window_cap(&self.options.tcp));
         config.window_cap_bytes = window;
         let ctl = Controller::new(
@@ -320,11 +320,7 @@ impl Remote {
             &drive::counters(&self.pools, completed(), remaining(), before),
             Instant::now(),
         )?;
-        let raised = match self.options.sessions {
-            Sessions::Auto { initial, .. } => ctl.decision().active > initial,
-            Sessions::Fixed(_) => false,
-        };
-        if let (Some(c), Some(w), true) = (before, window, raised) {
+        if let (Some(c), Some(w), true) = (before, window, ctl.first_point_raised()) {
             tracing::info!(
                 n = ctl.decision().active,
                 capacity_mbps = c * 8.0 / 1e6,

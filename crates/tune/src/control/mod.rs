@@ -678,8 +678,8 @@ pub struct Controller {
     /// interval weighing [`LOSS_MEMORY`] times less (see
     /// [`Signals::loss_cap`]).
     loss_room: LossCount,
-    /// The first point, when the capacity raised it (with warm spares):
-    /// while it is measured, [`FIRST_POINT_SPARES`] times it are open.
+    /// The first point, when the capacity raised it: while it is measured,
+    /// with warm spares, [`FIRST_POINT_SPARES`] times it are open.
     raised_first: Option<usize>,
     state: State,
     samples: Vec<IntervalSample>,
@@ -708,7 +708,7 @@ impl Controller {
             && has_pools
             && matches!(config.parallelism, Parallelism::Tuned(_))
             && (if counters.tcp_complete() { rtt > 0.0 && rtt < SMALL_PATH_RTT.as_secs_f64() } else { true });
-        let (n, tuner, sized) = match &config.parallelism {
+        let (n, tuner, raised) = match &config.parallelism {
             Parallelism::Fixed(n) => ((*n).clamp(1, most), None, false),
             Parallelism::Tuned(cfg) => {
                 let mut cfg = cfg.clone();
@@ -731,7 +731,7 @@ impl Controller {
                 (t.current(), Some(t), raised.is_some())
             }
         };
-        let raised_first = (sized && config.warm_spares).then_some(n);
+        let raised_first = raised.then_some(n);
         let mut meter = TransportMeter::default();
         let _ = meter.delta(counters, 0.0);
         let mut c = Controller {
@@ -772,6 +772,12 @@ impl Controller {
         c.open_spares();
         c.trace(now, counters);
         Ok(c)
+    }
+
+    /// The capacity raised the first point above the configured N0
+    /// ([`ControllerConfig::window_cap_bytes`]).
+    pub fn first_point_raised(&self) -> bool {
+        self.raised_first.is_some()
     }
 
     /// What the pools should do now.
@@ -1537,7 +1543,9 @@ impl Controller {
         // the buffers' cap (what Linux advertises of a receive buffer with
         // its default overhead; 0.62 measured at 512 KB) are opened ahead.
         let next = match self.raised_first {
-            Some(n) if n == self.decision.active => n.saturating_mul(FIRST_POINT_SPARES),
+            Some(n) if self.config.warm_spares && n == self.decision.active => {
+                n.saturating_mul(FIRST_POINT_SPARES)
+            }
             _ => next,
         };
         self.decision.open =
@@ -1710,6 +1718,8 @@ mod tests {
         };
         let wan = at(200_000, Some(956.0 * mbit));
         assert_eq!(start(config(4), &wan), (45, 90));
+        assert!(Controller::new(config(4), &wan, now).unwrap().first_point_raised());
+        assert!(!Controller::new(config(50), &wan, now).unwrap().first_point_raised());
         assert_eq!(start(ControllerConfig { warm_spares: false, ..config(4) }, &wan), (45, 45));
         // Never below the configured N0, and at most the jumps' 32 times it.
         assert_eq!(start(config(50), &wan).0, 50);
