@@ -30,6 +30,7 @@ use wanblk_blockdev::{
 use wanblk_nbd_proto::consts::{DEFAULT_MAX_PAYLOAD, STATE_HOLE, STATE_ZERO, tflags};
 use wanblk_nbd_proto::{
     Client, ClientConfig, ClientError, Command, Event, Goal, Negotiated, Reply, ReplyData, Request,
+    RequestError,
 };
 
 use crate::io::write_all_segments;
@@ -475,13 +476,20 @@ impl NbdSession {
         let (tx, rx) = oneshot::channel();
         {
             let mut st = self.shared.lock();
-            if st.closing {
-                return Err(self.config_err(offset, "session is closed"));
-            }
+            // The connection's own failure first: it says why.
             if let Some(kind) = &st.dead {
                 return Err(EndpointError::new(&self.shared.name, offset, kind.clone()));
             }
-            let cookie = st.client.send_request(req).map_err(|e| self.config_err(offset, e.to_string()))?;
+            // A connection error, not a refusal: the pool retires a failed
+            // session (closing it) while its other slots may still be
+            // sending, and their requests belong on another session.
+            if st.closing {
+                return Err(EndpointError::io(&self.shared.name, offset, "session is closed"));
+            }
+            let cookie = st.client.send_request(req).map_err(|e| match e {
+                RequestError::NotReady(_) => EndpointError::io(&self.shared.name, offset, e),
+                e => self.config_err(offset, e.to_string()),
+            })?;
             st.waiters.insert(cookie, Waiter { tx, offset });
         }
         self.shared.wake_writer.notify_one();

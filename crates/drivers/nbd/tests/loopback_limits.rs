@@ -69,6 +69,8 @@ async fn close_waits_for_requests_then_refuses_new_ones() {
     }
     let e = s.read(0, 1).await.unwrap_err();
     assert!(e.to_string().contains("session is closed"), "{e}");
+    // A connection error, so a pool sends the request on another session.
+    assert!(e.is_connection(), "{e:?}");
     within(10, s.close()).await.unwrap();
     srv.stop().await;
 }
